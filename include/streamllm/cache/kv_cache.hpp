@@ -1,0 +1,129 @@
+// KV caches: what a query may attend to. The model asks a cache for the
+// segments of cached keys and values that a query at text position t sees,
+// and hands it the new tokens' keys and values after each layer. The model
+// never owns a cache: one model serves any number of them.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "streamllm/config.hpp"
+#include "streamllm/error.hpp"
+#include "streamllm/memory.hpp"
+
+namespace streamllm {
+
+// A run of keys (and their values) in memory: key j of kv head h is at
+// k + j * stride + h * head_dim. `sink` keys are read with the query rotated
+// at its cache position rather than its text position (see sink_window_cache.hpp).
+struct KVSegment {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  std::size_t stride = 0;
+  std::int64_t count = 0;
+  bool sink = false;
+};
+
+// Most segments a cache returns for one query.
+inline constexpr int kMaxCacheSegments = 3;
+
+// A window wider than any stream: the dense cache's.
+inline constexpr std::int64_t kUnboundedWindow = std::numeric_limits<std::int64_t>::max() / 4;
+
+template <class Config>
+class KVCacheBase {
+ public:
+  virtual ~KVCacheBase() = default;
+
+  // Tokens consumed so far: also the text position of the next token.
+  std::int64_t size() const { return size_; }
+
+  // The visibility rule: a token at text position t attends to the sinks
+  // {0..sinks-1} and the window {t-window+1..t}. Dense: 0 sinks, unbounded window.
+  virtual std::int64_t sinks() const = 0;
+  virtual std::int64_t window() const = 0;
+
+  // How far the query's cache position lags its text position: positions are
+  // text positions while the stream fits (t < sinks + window), cache
+  // positions after that.
+  std::int64_t position_shift(std::int64_t t) const {
+    return std::max<std::int64_t>(0, t - (sinks() + window() - 1));
+  }
+
+  // Whether n more tokens can be appended; check_room throws CacheFullError
+  // with the reason when they cannot.
+  virtual bool has_room(std::int64_t n) const = 0;
+  virtual void check_room(std::int64_t n) const = 0;
+
+  // Segments of cached tokens visible to a query at text position t >= size().
+  virtual int segments(int layer, std::int64_t t, KVSegment* out) const = 0;
+
+  // Stores keys and values of the n tokens at text positions pos..pos+n-1
+  // (row i at k + i * ld). Called once per layer, after that layer's attention.
+  virtual void store(int layer, std::int64_t pos, std::int64_t n, const float* k, const float* v,
+                     std::size_t ld) = 0;
+
+  // Marks n more tokens as consumed, after all layers stored them.
+  void advance(std::int64_t n) { size_ += n; }
+
+  // Forgets every token (memory is kept).
+  void clear() { size_ = 0; }
+
+  // Token positions this cache holds at most, and the bytes of its buffers.
+  virtual std::int64_t capacity() const = 0;
+  std::int64_t occupancy() const { return std::min(size_, capacity()); }
+  virtual std::size_t bytes() const = 0;
+  virtual std::string describe() const = 0;
+
+ protected:
+  std::int64_t size_ = 0;
+};
+
+// The dense cache: every token of the sequence, up to MaxSeq.
+template <class Config>
+class KVCache final : public KVCacheBase<Config> {
+  static constexpr std::size_t kLayerFloats = std::size_t(Config::MaxSeq) * Config::KVDim;
+
+ public:
+  KVCache() : k_(kLayerFloats * Config::Layers), v_(kLayerFloats * Config::Layers) {}
+
+  std::int64_t sinks() const override { return 0; }
+  std::int64_t window() const override { return kUnboundedWindow; }
+  std::int64_t capacity() const override { return Config::MaxSeq; }
+  std::size_t bytes() const override { return (k_.size() + v_.size()) * sizeof(float); }
+  std::string describe() const override { return "dense KV cache of " + std::to_string(Config::MaxSeq) + " positions"; }
+
+  bool has_room(std::int64_t n) const override { return this->size_ + n <= Config::MaxSeq; }
+  void check_room(std::int64_t n) const override {
+    if (!has_room(n))
+      throw CacheFullError("dense KV cache is full: " + std::to_string(this->size_) + " tokens cached + " +
+                           std::to_string(n) + " new > MaxSeq " + std::to_string(Config::MaxSeq) +
+                           "; a sink+window cache (SinkWindowKVCache) never runs out");
+  }
+
+  int segments(int layer, std::int64_t, KVSegment* out) const override {
+    if (this->size_ == 0) return 0;
+    const std::size_t base = static_cast<std::size_t>(layer) * kLayerFloats;
+    out[0] = {k_.data() + base, v_.data() + base, Config::KVDim, this->size_, false};
+    return 1;
+  }
+
+  void store(int layer, std::int64_t pos, std::int64_t n, const float* k, const float* v,
+             std::size_t ld) override {
+    const std::size_t base = static_cast<std::size_t>(layer) * kLayerFloats;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::size_t slot = base + static_cast<std::size_t>(pos + i) * Config::KVDim;
+      std::memcpy(k_.data() + slot, k + static_cast<std::size_t>(i) * ld, Config::KVDim * sizeof(float));
+      std::memcpy(v_.data() + slot, v + static_cast<std::size_t>(i) * ld, Config::KVDim * sizeof(float));
+    }
+  }
+
+ private:
+  AlignedVector<float> k_, v_;  // [layer][position][kv_dim]
+};
+
+}  // namespace streamllm

@@ -1,0 +1,113 @@
+// Weight element types, in the exact block layouts GGUF uses, so that files
+// written by llama.cpp are views, not conversions.
+#pragma once
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+namespace streamllm {
+
+// The numeric values are GGUF's ggml_type ids.
+enum class DType : std::uint32_t {
+  F32 = 0,
+  F16 = 1,
+  Q4_0 = 2,
+  Q8_0 = 8,
+  Q4_K = 12,
+  Q6_K = 14,
+  BF16 = 30,
+};
+
+struct DTypeTraits {
+  std::string_view name;
+  std::int64_t block_elems;  // elements per block
+  std::int64_t block_bytes;  // bytes per block
+};
+
+constexpr DTypeTraits traits(DType t) {
+  switch (t) {
+    case DType::F32: return {"F32", 1, 4};
+    case DType::F16: return {"F16", 1, 2};
+    case DType::BF16: return {"BF16", 1, 2};
+    case DType::Q8_0: return {"Q8_0", 32, 34};
+    case DType::Q4_0: return {"Q4_0", 32, 18};
+    case DType::Q4_K: return {"Q4_K", 256, 144};
+    case DType::Q6_K: return {"Q6_K", 256, 210};
+  }
+  return {"?", 0, 0};
+}
+
+constexpr bool is_known_dtype(std::uint32_t id) {
+  switch (static_cast<DType>(id)) {
+    case DType::F32: case DType::F16: case DType::BF16: case DType::Q8_0:
+    case DType::Q4_0: case DType::Q4_K: case DType::Q6_K: return true;
+  }
+  return false;
+}
+
+constexpr std::string_view dtype_name(DType t) { return traits(t).name; }
+
+// Bytes of one row of `cols` elements; cols must be a multiple of the block size.
+constexpr std::int64_t row_bytes(DType t, std::int64_t cols) {
+  const auto tr = traits(t);
+  return cols / tr.block_elems * tr.block_bytes;
+}
+
+// ---- scalar conversions of the 16-bit float formats --------------------------
+
+inline float bf16_to_f32(std::uint16_t h) { return std::bit_cast<float>(std::uint32_t(h) << 16); }
+
+// Round to nearest even, as llama.cpp does (NaN stays NaN).
+inline std::uint16_t f32_to_bf16(float f) {
+  std::uint32_t u = std::bit_cast<std::uint32_t>(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 64);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<std::uint16_t>(u >> 16);
+}
+
+// IEEE half to float, exact for every input (subnormals, inf, NaN).
+inline float f16_to_f32(std::uint16_t h) {
+  const std::uint32_t sign = std::uint32_t(h & 0x8000u) << 16;
+  const std::uint32_t exp = (h >> 10) & 0x1fu;
+  std::uint32_t mant = h & 0x3ffu;
+  std::uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: normalise
+      int e = -1;
+      do { ++e; mant <<= 1; } while ((mant & 0x400u) == 0);
+      bits = sign | std::uint32_t(127 - 15 - e) << 23 | (mant & 0x3ffu) << 13;
+    }
+  } else if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | mant << 13;
+  } else {
+    bits = sign | (exp + 127 - 15) << 23 | mant << 13;
+  }
+  return std::bit_cast<float>(bits);
+}
+
+// Float to IEEE half, round to nearest even.
+inline std::uint16_t f32_to_f16(float f) {
+  const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
+  const std::uint32_t sign = (u >> 16) & 0x8000u;
+  const std::uint32_t abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u); // overflow to inf
+  if (abs < 0x38800000u) {  // subnormal half (or zero): scale into integer mantissa
+    const float a = std::bit_cast<float>(abs) * 16777216.0f;  // * 2^24
+    const std::uint32_t m = static_cast<std::uint32_t>(a);
+    const float frac = a - static_cast<float>(m);
+    std::uint32_t r = m + ((frac > 0.5f || (frac == 0.5f && (m & 1u))) ? 1u : 0u);
+    return static_cast<std::uint16_t>(sign | r);
+  }
+  std::uint32_t r = abs - 0x38000000u;  // rebias exponent 127 -> 15
+  r += 0xfffu + ((r >> 13) & 1u);
+  return static_cast<std::uint16_t>(sign | (r >> 13));
+}
+
+}  // namespace streamllm

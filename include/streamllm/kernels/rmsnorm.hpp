@@ -1,0 +1,29 @@
+// RMSNorm (Zhang & Sennrich 2019): y = x / sqrt(mean(x^2) + eps) * w.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+
+#include "streamllm/kernels/dot.hpp"
+#include "streamllm/kernels/simd.hpp"
+
+namespace streamllm::kernels {
+
+namespace scalar {
+inline void rmsnorm(float* out, const float* x, const float* w, std::size_t n, float eps) {
+  float ss = 0.f;
+  for (std::size_t i = 0; i < n; ++i) ss += x[i] * x[i];
+  const float inv = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
+  for (std::size_t i = 0; i < n; ++i) out[i] = x[i] * inv * w[i];
+}
+}  // namespace scalar
+
+inline void rmsnorm(float* out, const float* x, const float* w, std::size_t n, float eps) {
+  const float inv = 1.0f / std::sqrt(dot(x, x, n) / static_cast<float>(n) + eps);
+  const Batch vinv(inv);
+  std::size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) store(out + i, load(x + i) * vinv * load(w + i));
+  for (; i < n; ++i) out[i] = x[i] * inv * w[i];
+}
+
+}  // namespace streamllm::kernels

@@ -1,0 +1,123 @@
+// Rotary position embedding (Su et al. 2021, RoFormer), in the adjacent-pair
+// layout of llama2.c and GGUF llama files: the pair (x[2i], x[2i+1]) of every
+// head is rotated by the angle pos * theta^(-2i / head_dim).
+//
+// Angles are computed in double and only their cos/sin are rounded to float:
+// at position 10^6 a float angle would already be off by ~0.06 rad.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "streamllm/kernels/simd.hpp"
+
+namespace streamllm::kernels {
+
+// Frequencies of one head, and the cos/sin tables the rotation kernels read.
+// A table is expanded per element (c0 c0 c1 c1 ..., -s0 s0 -s1 s1 ...) and
+// repeated to at least one vector width, so that the kernel is one FMA pair
+// per vector whatever the head size.
+class Rope {
+ public:
+  Rope(int head_dim, double theta) : head_dim_(head_dim), theta_(theta) {
+    for (int i = 0; i < head_dim / 2; ++i)
+      inv_freq_.push_back(std::pow(theta, -2.0 * i / static_cast<double>(head_dim)));
+    table_len_ = head_dim;
+    if (head_dim < static_cast<int>(kLanes) && kLanes % static_cast<std::size_t>(head_dim) == 0)
+      table_len_ = static_cast<int>(kLanes);
+  }
+
+  int head_dim() const { return head_dim_; }
+  double theta() const { return theta_; }
+  int table_len() const { return table_len_; }
+
+  // Tables that rotate by `pos` (any integer, negative included).
+  void table(std::int64_t pos, float* cosx, float* sinx) const {
+    for (int i = 0; i < head_dim_ / 2; ++i) {
+      const double angle = static_cast<double>(pos) * inv_freq_[static_cast<std::size_t>(i)];
+      const float c = static_cast<float>(std::cos(angle));
+      const float s = static_cast<float>(std::sin(angle));
+      cosx[2 * i] = c;
+      cosx[2 * i + 1] = c;
+      sinx[2 * i] = -s;
+      sinx[2 * i + 1] = s;
+    }
+    for (int j = head_dim_; j < table_len_; ++j) {
+      cosx[j] = cosx[j % head_dim_];
+      sinx[j] = sinx[j % head_dim_];
+    }
+  }
+
+ private:
+  int head_dim_;
+  double theta_;
+  int table_len_;
+  std::vector<double> inv_freq_;
+};
+
+namespace scalar {
+// Rotates n values (whole heads) with a table from Rope::table.
+inline void rope_apply(float* x, std::size_t n, const float* cosx, const float* sinx,
+                       std::size_t table_len) {
+  for (std::size_t e = 0; e + 1 < n; e += 2) {
+    const std::size_t t = e % table_len;
+    const float c = cosx[t], s = sinx[t + 1];
+    const float x0 = x[e], x1 = x[e + 1];
+    x[e] = x0 * c - x1 * s;
+    x[e + 1] = x0 * s + x1 * c;
+  }
+}
+
+// The textbook form, straight from the paper: the oracle of the table path.
+inline void rope_rotate(float* x, std::size_t n, int head_dim, std::int64_t pos, double theta) {
+  for (std::size_t e = 0; e + 1 < n; e += 2) {
+    const std::size_t i = (e % static_cast<std::size_t>(head_dim)) / 2;
+    const double angle = static_cast<double>(pos) * std::pow(theta, -2.0 * static_cast<double>(i) / head_dim);
+    const double c = std::cos(angle), s = std::sin(angle);
+    const double x0 = x[e], x1 = x[e + 1];
+    x[e] = static_cast<float>(x0 * c - x1 * s);
+    x[e + 1] = static_cast<float>(x0 * s + x1 * c);
+  }
+}
+}  // namespace scalar
+
+namespace detail {
+struct SwapPairs {
+  static constexpr std::uint32_t get(std::size_t i, std::size_t) { return static_cast<std::uint32_t>(i ^ 1u); }
+};
+}  // namespace detail
+
+// y = x * cos + swap_pairs(x) * sin, with the signs folded into the table.
+inline void rope_apply(float* x, std::size_t n, const float* cosx, const float* sinx,
+                       std::size_t table_len) {
+  std::size_t e = 0;
+  if (table_len % kLanes == 0) {
+    using UBatch = xsimd::batch<std::uint32_t, Arch>;
+    constexpr auto swap = xsimd::make_batch_constant<UBatch, detail::SwapPairs>();
+    for (; e + kLanes <= n; e += kLanes) {
+      const std::size_t t = e % table_len;
+      const Batch v = load(x + e);
+      store(x + e, xsimd::fma(v, load(cosx + t), xsimd::swizzle(v, swap) * load(sinx + t)));
+    }
+  }
+  for (; e + 1 < n; e += 2) {  // tail, and head sizes that do not tile a vector
+    const std::size_t t = e % table_len;
+    const float c = cosx[t], s = sinx[t + 1];
+    const float x0 = x[e], x1 = x[e + 1];
+    x[e] = x0 * c - x1 * s;
+    x[e + 1] = x0 * s + x1 * c;
+  }
+}
+
+// The re-rotation helper: keys (or queries) that were rotated at position p are
+// made to read as if rotated at p + delta. Rotations compose, so this is one
+// rotation by delta; exact for any delta, negative included.
+inline void rope_rerotate(const Rope& rope, float* x, std::size_t n, std::int64_t delta,
+                          float* cos_scratch, float* sin_scratch) {
+  rope.table(delta, cos_scratch, sin_scratch);
+  rope_apply(x, n, cos_scratch, sin_scratch, static_cast<std::size_t>(rope.table_len()));
+}
+
+}  // namespace streamllm::kernels

@@ -1,0 +1,276 @@
+// Llama<Config>: the Llama 2 forward pass (Touvron et al. 2023) for a
+// compile-time shape. It holds the weights and scratch space, never a cache:
+// every call names the caches it reads and extends, so one model serves any
+// number of sequences, and one call can run many of them (continuous batching).
+//
+// Per layer, for all rows (tokens) of all sequences in the call at once:
+//   xb = rmsnorm(x) * attn_norm
+//   q, k, v = xb Wq^T, xb Wk^T, xb Wv^T;  RoPE on q and k
+//   x += attention(q, cache + new keys) Wo^T
+//   xb = rmsnorm(x) * ffn_norm
+//   x += (silu(xb W1^T) * (xb W3^T)) W2^T
+// and at the end logits = rmsnorm(x) * final_norm Wcls^T for the rows asked.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "streamllm/attention.hpp"
+#include "streamllm/cache/kv_cache.hpp"
+#include "streamllm/config.hpp"
+#include "streamllm/error.hpp"
+#include "streamllm/kernels/axpy.hpp"
+#include "streamllm/kernels/dequantize.hpp"
+#include "streamllm/kernels/matmul.hpp"
+#include "streamllm/kernels/rmsnorm.hpp"
+#include "streamllm/kernels/rope.hpp"
+#include "streamllm/kernels/silu_gate.hpp"
+#include "streamllm/memory.hpp"
+#include "streamllm/weights.hpp"
+
+namespace streamllm {
+
+template <class Config>
+class Llama {
+ public:
+  using Cache = KVCacheBase<Config>;
+  static constexpr std::size_t D = Config::Dim, H = Config::HiddenDim, KV = Config::KVDim,
+                               HD = Config::HeadDim, V = Config::Vocab;
+
+  // One sequence's part of a forward call: its cache and the tokens to append.
+  struct Sequence {
+    Cache* cache = nullptr;
+    std::span<const TokenId> tokens;
+    bool all_logits = false;  // logits of every token, not only the last
+  };
+
+  // Logits of a forward call; valid until the next call on this model.
+  class Logits {
+   public:
+    // Logits of token i of sequence s (i counts the tokens whose logits were asked).
+    std::span<const float> row(std::size_t s, std::size_t i = 0) const {
+      return {data_ + (first_[s] + i) * V, V};
+    }
+    // Logits of the last token of sequence s.
+    std::span<const float> last(std::size_t s) const { return row(s, first_[s + 1] - first_[s] - 1); }
+    std::size_t rows(std::size_t s) const { return first_[s + 1] - first_[s]; }
+
+   private:
+    friend class Llama;
+    const float* data_ = nullptr;
+    const std::size_t* first_ = nullptr;
+  };
+
+  explicit Llama(ModelWeights<Config> weights)
+      : w_(std::move(weights)), rope_(static_cast<int>(HD), w_.hparams.rope_theta) {}
+
+  const ModelWeights<Config>& weights() const { return w_; }
+  const HyperParams& hparams() const { return w_.hparams; }
+  const kernels::Rope& rope() const { return rope_; }
+
+  // Longest run of tokens of one call that prefill() computes in one batched
+  // pass; longer prompts are cut into chunks of this size.
+  void set_max_chunk(std::size_t n) { max_chunk_ = std::max<std::size_t>(1, n); }
+  std::size_t max_chunk() const { return max_chunk_; }
+
+  // Appends the prompt to the cache, in batched passes; returns the logits of
+  // its last token.
+  std::span<const float> prefill(std::span<const TokenId> tokens, Cache& cache) {
+    if (tokens.empty()) throw InputError("prefill: the prompt is empty (at least one token, usually BOS)");
+    check_tokens(tokens, 0);
+    cache.check_room(static_cast<std::int64_t>(tokens.size()));
+    std::span<const float> out;
+    for (std::size_t i = 0; i < tokens.size(); i += max_chunk_) {
+      const Sequence s{&cache, tokens.subspan(i, std::min(max_chunk_, tokens.size() - i)), false};
+      out = forward({&s, 1}).last(0);
+    }
+    return out;
+  }
+
+  // Appends one token; returns its logits.
+  std::span<const float> decode(TokenId token, Cache& cache) {
+    const Sequence s{&cache, {&token, 1}, false};
+    return forward({&s, 1}).last(0);
+  }
+
+  // One batched pass over every token of every sequence.
+  Logits forward(std::span<const Sequence> seqs) {
+    validate(seqs);
+    plan_rows(seqs);
+    const std::size_t R = rows_.size();
+    if (R == 0) return logits_view();
+    grow_workspace(R);
+
+    for (std::size_t r = 0; r < R; ++r) {
+      const Row& row = rows_[r];
+      kernels::dequantize_row(w_.token_embedding, row.token, x_.data() + r * D);
+      rope_.table(row.pos, rope_cos_.data() + r * tl_, rope_sin_.data() + r * tl_);
+      const std::int64_t shift = seqs[row.seq].cache->position_shift(row.pos);
+      rope_.table(row.pos - shift, sink_cos_.data() + r * tl_, sink_sin_.data() + r * tl_);
+    }
+    for (int l = 0; l < Config::Layers; ++l) layer(l, seqs);
+    for (const Sequence& s : seqs) s.cache->advance(static_cast<std::int64_t>(s.tokens.size()));
+    return compute_logits();
+  }
+
+ private:
+  struct Row {
+    std::size_t seq;         // index of its sequence in the call
+    std::int64_t pos;        // text position
+    std::size_t first_row;   // first row of its sequence's chunk
+    std::int64_t first_pos;  // text position of that first row
+    TokenId token;
+  };
+
+  static void check_tokens(std::span<const TokenId> tokens, std::size_t seq) {
+    for (std::size_t i = 0; i < tokens.size(); ++i)
+      if (tokens[i] < 0 || tokens[i] >= static_cast<TokenId>(V))
+        throw InputError("token id " + std::to_string(tokens[i]) + " at index " + std::to_string(i) +
+                         " of sequence " + std::to_string(seq) + " is out of range [0, " +
+                         std::to_string(V) + ")");
+  }
+
+  // All checks before any state changes, so a bad call leaves every cache as it was.
+  void validate(std::span<const Sequence> seqs) const {
+    for (std::size_t s = 0; s < seqs.size(); ++s) {
+      if (!seqs[s].cache) throw InputError("forward: sequence " + std::to_string(s) + " has no cache");
+      for (std::size_t o = 0; o < s; ++o)
+        if (seqs[o].cache == seqs[s].cache)
+          throw InputError("forward: sequences " + std::to_string(o) + " and " + std::to_string(s) +
+                           " share one cache");
+      check_tokens(seqs[s].tokens, s);
+      seqs[s].cache->check_room(static_cast<std::int64_t>(seqs[s].tokens.size()));
+    }
+  }
+
+  void plan_rows(std::span<const Sequence> seqs) {
+    rows_.clear();
+    logit_rows_.clear();
+    first_logit_.assign(1, 0);
+    for (std::size_t s = 0; s < seqs.size(); ++s) {
+      const std::size_t first = rows_.size();
+      const std::int64_t pos0 = seqs[s].cache->size();
+      const std::size_t n = seqs[s].tokens.size();
+      for (std::size_t i = 0; i < n; ++i) {
+        rows_.push_back({s, pos0 + static_cast<std::int64_t>(i), first, pos0, seqs[s].tokens[i]});
+        if (seqs[s].all_logits || i + 1 == n) logit_rows_.push_back(first + i);
+      }
+      first_logit_.push_back(logit_rows_.size());
+    }
+  }
+
+  void grow_workspace(std::size_t R) {
+    tl_ = static_cast<std::size_t>(rope_.table_len());
+    grow(x_, R * D);
+    grow(xb_, R * D);
+    grow(q_, R * D);
+    grow(q_sink_, R * D);
+    grow(k_, R * KV);
+    grow(v_, R * KV);
+    grow(att_, R * D);
+    grow(hb_, R * H);
+    grow(hb2_, R * H);
+    grow(rope_cos_, R * tl_);
+    grow(rope_sin_, R * tl_);
+    grow(sink_cos_, R * tl_);
+    grow(sink_sin_, R * tl_);
+    if (att_rows_.size() < R) att_rows_.resize(R);
+  }
+
+  void layer(int l, std::span<const Sequence> seqs) {
+    const LayerWeights& lw = w_.layers[static_cast<std::size_t>(l)];
+    const std::size_t R = rows_.size();
+    const float eps = w_.hparams.rms_eps;
+
+    for (std::size_t r = 0; r < R; ++r) kernels::rmsnorm(xb_.data() + r * D, x_.data() + r * D, lw.attn_norm, D, eps);
+    kernels::matmul(lw.wq, xb_.data(), R, D, q_.data(), D);
+    kernels::matmul(lw.wk, xb_.data(), R, D, k_.data(), KV);
+    kernels::matmul(lw.wv, xb_.data(), R, D, v_.data(), KV);
+    for (std::size_t r = 0; r < R; ++r) {
+      // Sink keys are read with the query at its cache position: rotate a copy.
+      std::memcpy(q_sink_.data() + r * D, q_.data() + r * D, D * sizeof(float));
+      kernels::rope_apply(q_sink_.data() + r * D, D, sink_cos_.data() + r * tl_, sink_sin_.data() + r * tl_, tl_);
+      kernels::rope_apply(q_.data() + r * D, D, rope_cos_.data() + r * tl_, rope_sin_.data() + r * tl_, tl_);
+      kernels::rope_apply(k_.data() + r * KV, KV, rope_cos_.data() + r * tl_, rope_sin_.data() + r * tl_, tl_);
+    }
+
+    for (std::size_t r = 0; r < R; ++r) plan_attention(l, r, *seqs[rows_[r].seq].cache);
+    Attention<Config::HeadDim, Config::Heads, Config::KVHeads>::run(att_rows_.data(), R);
+
+    // The new keys and values join the caches only now: until every row of
+    // this layer has attended, a window cache may still need what they replace.
+    for (std::size_t r = 0; r < R; ++r) {
+      const Row& row = rows_[r];
+      if (r != row.first_row) continue;
+      const auto n = static_cast<std::int64_t>(seqs[row.seq].tokens.size());
+      seqs[row.seq].cache->store(l, row.first_pos, n, k_.data() + r * KV, v_.data() + r * KV, KV);
+    }
+
+    kernels::matmul(lw.wo, att_.data(), R, D, xb_.data(), D);
+    for (std::size_t r = 0; r < R; ++r) kernels::add_inplace(x_.data() + r * D, xb_.data() + r * D, D);
+
+    for (std::size_t r = 0; r < R; ++r) kernels::rmsnorm(xb_.data() + r * D, x_.data() + r * D, lw.ffn_norm, D, eps);
+    kernels::matmul(lw.w_gate, xb_.data(), R, D, hb_.data(), H);
+    kernels::matmul(lw.w_up, xb_.data(), R, D, hb2_.data(), H);
+    kernels::silu_gate(hb_.data(), hb2_.data(), R * H);
+    kernels::matmul(lw.w_down, hb_.data(), R, H, xb_.data(), D);
+    for (std::size_t r = 0; r < R; ++r) kernels::add_inplace(x_.data() + r * D, xb_.data() + r * D, D);
+  }
+
+  // What row r attends to: the cached segments its cache shows a query at
+  // its position, then the sequence's new tokens up to itself that the
+  // visibility rule keeps (sinks, and the window).
+  void plan_attention(int l, std::size_t r, const Cache& cache) {
+    const Row& row = rows_[r];
+    AttentionRow& a = att_rows_[r];
+    a.q = q_.data() + r * D;
+    a.q_sink = q_sink_.data() + r * D;
+    a.out = att_.data() + r * D;
+    a.n_segments = cache.segments(l, row.pos, a.segments);
+    const std::int64_t S = cache.sinks(), W = cache.window(), c0 = row.first_pos, t = row.pos;
+    auto add_new = [&](std::int64_t p0, std::int64_t p1, bool sink) {  // positions [p0, p1)
+      if (p1 <= p0) return;
+      const std::size_t off = row.first_row + static_cast<std::size_t>(p0 - c0);
+      a.segments[a.n_segments++] = {k_.data() + off * KV, v_.data() + off * KV, KV, p1 - p0, sink};
+    };
+    add_new(c0, std::min(S, t + 1), true);
+    add_new(std::max({c0, S, t - W + 1}), t + 1, false);
+  }
+
+  Logits compute_logits() {
+    const std::size_t NL = logit_rows_.size();
+    grow(logit_in_, NL * D);
+    grow(logits_, NL * V);
+    for (std::size_t i = 0; i < NL; ++i)
+      kernels::rmsnorm(logit_in_.data() + i * D, x_.data() + logit_rows_[i] * D, w_.final_norm, D,
+                       w_.hparams.rms_eps);
+    kernels::matmul(w_.classifier, logit_in_.data(), NL, D, logits_.data(), V);
+    return logits_view();
+  }
+
+  Logits logits_view() const {
+    Logits out;
+    out.data_ = logits_.data();
+    out.first_ = first_logit_.data();
+    return out;
+  }
+
+  ModelWeights<Config> w_;
+  kernels::Rope rope_;
+  std::size_t max_chunk_ = 512;
+  std::size_t tl_ = 0;  // rope table length
+
+  std::vector<Row> rows_;
+  std::vector<std::size_t> logit_rows_, first_logit_;
+  std::vector<AttentionRow> att_rows_;
+  AlignedVector<float> x_, xb_, q_, q_sink_, k_, v_, att_, hb_, hb2_;
+  AlignedVector<float> rope_cos_, rope_sin_, sink_cos_, sink_sin_;
+  AlignedVector<float> logit_in_, logits_;
+};
+
+}  // namespace streamllm

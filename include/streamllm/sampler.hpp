@@ -1,0 +1,170 @@
+// Choosing the next token from logits: greedy, temperature, top-k, top-p
+// (Holtzman et al. 2019) and the CTRL repetition penalty (Keskar et al. 2019).
+// Seeded with our own generator, so the same seed gives the same tokens on
+// every platform and standard library.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "streamllm/config.hpp"
+#include "streamllm/error.hpp"
+
+namespace streamllm {
+
+struct SamplingParams {
+  float temperature = 0.0f;         // 0: greedy (argmax)
+  int top_k = 0;                    // keep the k most likely tokens; 0: all
+  float top_p = 1.0f;               // keep the smallest set whose probability reaches p
+  float repetition_penalty = 1.0f;  // > 1 discourages tokens already in the window; 1: off
+  int repetition_window = 64;       // how many recent tokens the penalty looks at
+  std::uint64_t seed = 0;
+
+  void validate() const {
+    if (!(temperature >= 0.0f) || !std::isfinite(temperature))
+      throw InputError("sampling: temperature " + std::to_string(temperature) + " must be >= 0");
+    if (top_k < 0) throw InputError("sampling: top_k " + std::to_string(top_k) + " must be >= 0");
+    if (!(top_p > 0.0f && top_p <= 1.0f))
+      throw InputError("sampling: top_p " + std::to_string(top_p) + " must be in (0, 1]");
+    if (!(repetition_penalty > 0.0f))
+      throw InputError("sampling: repetition_penalty " + std::to_string(repetition_penalty) + " must be > 0");
+    if (repetition_window < 0)
+      throw InputError("sampling: repetition_window must be >= 0");
+  }
+};
+
+// xoshiro256** (Blackman & Vigna), seeded through splitmix64.
+class Rng {
+ public:
+  explicit Rng(std::uint64_t seed = 0) { reseed(seed); }
+  void reseed(std::uint64_t seed) {
+    for (auto& s : s_) {
+      seed += 0x9e3779b97f4a7c15ull;
+      std::uint64_t z = seed;
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+      s = z ^ (z >> 31);
+    }
+  }
+  std::uint64_t next() {
+    const std::uint64_t r = rotl(s_[1] * 5, 7) * 9, t = s_[1] << 17;
+    s_[2] ^= s_[0];
+    s_[3] ^= s_[1];
+    s_[1] ^= s_[2];
+    s_[0] ^= s_[3];
+    s_[2] ^= t;
+    s_[3] = rotl(s_[3], 45);
+    return r;
+  }
+  // Uniform in [0, 1) with 24 random bits: exactly representable in float.
+  float uniform() { return static_cast<float>(next() >> 40) * (1.0f / 16777216.0f); }
+
+ private:
+  static std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+  std::uint64_t s_[4];
+};
+
+inline TokenId argmax(std::span<const float> logits) {
+  return static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+class Sampler {
+ public:
+  struct Candidate {
+    TokenId id;
+    float p;  // logit while filtering, probability after
+  };
+
+  explicit Sampler(SamplingParams params = {}) : params_(params), rng_(params.seed) { params_.validate(); }
+
+  const SamplingParams& params() const { return params_; }
+  void reseed(std::uint64_t seed) { rng_.reseed(seed); }
+
+  // Picks the next token; `history` holds the tokens seen so far (only its
+  // last repetition_window entries matter).
+  TokenId sample(std::span<const float> logits, std::span<const TokenId> history = {}) {
+    if (params_.temperature <= 0.0f && !penalised(history)) return argmax(logits);
+    const std::vector<Candidate>& kept = candidates(logits, history);
+    if (params_.temperature <= 0.0f) return kept.front().id;
+    float u = rng_.uniform();
+    for (const Candidate& c : kept) {
+      if (u < c.p) return c.id;
+      u -= c.p;
+    }
+    return kept.back().id;  // rounding left u just above the total
+  }
+
+  // The tokens sampling may choose, most likely first, with probabilities
+  // that sum to 1 (after temperature, top-k and top-p). With temperature 0
+  // only the argmax is kept.
+  const std::vector<Candidate>& candidates(std::span<const float> logits, std::span<const TokenId> history = {}) {
+    cand_.resize(logits.size());
+    for (std::size_t i = 0; i < logits.size(); ++i) cand_[i] = {static_cast<TokenId>(i), logits[i]};
+    apply_penalty(history);
+    auto by_logit = [](const Candidate& a, const Candidate& b) { return a.p > b.p || (a.p == b.p && a.id < b.id); };
+    if (params_.temperature <= 0.0f) {
+      std::nth_element(cand_.begin(), cand_.begin(), cand_.end(), by_logit);
+      cand_.resize(1);
+      cand_[0].p = 1.0f;
+      return cand_;
+    }
+    std::size_t k = cand_.size();
+    if (params_.top_k > 0 && static_cast<std::size_t>(params_.top_k) < k) {
+      k = static_cast<std::size_t>(params_.top_k);
+      std::nth_element(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(k - 1), cand_.end(), by_logit);
+      cand_.resize(k);
+    }
+    std::sort(cand_.begin(), cand_.end(), by_logit);
+    // softmax(logit / T), in double so that 32000 small terms add up exactly enough
+    const double inv_t = 1.0 / params_.temperature, top = cand_.front().p;
+    double sum = 0;
+    probs_.resize(cand_.size());
+    for (std::size_t i = 0; i < cand_.size(); ++i) sum += probs_[i] = std::exp((cand_[i].p - top) * inv_t);
+    std::size_t keep = cand_.size();
+    if (params_.top_p < 1.0f) {  // smallest prefix whose mass reaches top_p
+      double mass = 0;
+      for (std::size_t i = 0; i < cand_.size(); ++i) {
+        mass += probs_[i] / sum;
+        if (mass >= params_.top_p) { keep = i + 1; break; }
+      }
+    }
+    double kept_mass = 0;
+    for (std::size_t i = 0; i < keep; ++i) kept_mass += probs_[i];
+    cand_.resize(keep);
+    for (std::size_t i = 0; i < keep; ++i) cand_[i].p = static_cast<float>(probs_[i] / kept_mass);
+    return cand_;
+  }
+
+ private:
+  bool penalised(std::span<const TokenId> history) const {
+    return params_.repetition_penalty != 1.0f && params_.repetition_window > 0 && !history.empty();
+  }
+
+  // CTRL: a seen token's logit is divided by the penalty when positive,
+  // multiplied when negative; once per distinct token.
+  void apply_penalty(std::span<const TokenId> history) {
+    if (!penalised(history)) return;
+    const std::size_t n = std::min(history.size(), static_cast<std::size_t>(params_.repetition_window));
+    seen_.clear();
+    for (TokenId id : history.subspan(history.size() - n)) {
+      if (id < 0 || static_cast<std::size_t>(id) >= cand_.size()) continue;
+      if (std::find(seen_.begin(), seen_.end(), id) != seen_.end()) continue;
+      seen_.push_back(id);
+      float& l = cand_[static_cast<std::size_t>(id)].p;
+      l = l > 0 ? l / params_.repetition_penalty : l * params_.repetition_penalty;
+    }
+  }
+
+  SamplingParams params_;
+  Rng rng_;
+  std::vector<Candidate> cand_;
+  std::vector<double> probs_;
+  std::vector<TokenId> seen_;
+};
+
+}  // namespace streamllm

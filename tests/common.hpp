@@ -1,0 +1,96 @@
+// Shared helpers of the test suite: where the real data is, and the golden files.
+#pragma once
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "streamllm/streamllm.hpp"
+
+namespace test {
+
+using Stories = streamllm::presets::Stories260K;
+
+// ../shared (or $STREAMLLM_DATA_DIR). A test that needs data fails, loudly,
+// when it is missing: a test that skips itself proves nothing.
+inline std::filesystem::path data_dir() {
+  const char* env = std::getenv("STREAMLLM_DATA_DIR");
+  std::filesystem::path dir = env && *env ? env : STREAMLLM_DEFAULT_DATA_DIR;
+  if (dir.empty() || !std::filesystem::exists(dir / "models"))
+    FAIL("test data not found: set STREAMLLM_DATA_DIR (or the CMake cache variable) to the folder "
+         "holding models/ and golden/; tried '" << dir.string() << "'");
+  return dir;
+}
+inline std::string model_path(const std::string& name) { return (data_dir() / "models" / name).string(); }
+
+struct Golden {
+  std::string name, mode, prompt, text;
+  int sinks = 0, window = 0, steps = 0;
+  std::vector<streamllm::TokenId> prompt_ids, ids;
+  std::map<int, std::vector<float>> logits;  // position -> logits after consuming ids[position]
+  std::vector<double> margins;
+};
+
+inline std::vector<Golden> goldens(const std::string& mode) {
+  std::vector<Golden> out;
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(data_dir() / "golden"))
+    if (e.path().extension() == ".json") files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  for (const auto& f : files) {
+    std::ifstream in(f);
+    const auto j = nlohmann::json::parse(in);
+    if (j.at("mode") != mode) continue;
+    Golden g;
+    g.name = j.at("name");
+    g.mode = j.at("mode");
+    g.prompt = j.at("prompt");
+    g.text = j.at("text");
+    g.steps = j.at("steps");
+    if (!j.at("sinks").is_null()) g.sinks = j.at("sinks");
+    if (!j.at("window").is_null()) g.window = j.at("window");
+    g.prompt_ids = j.at("prompt_ids").get<std::vector<streamllm::TokenId>>();
+    g.ids = j.at("ids").get<std::vector<streamllm::TokenId>>();
+    for (const auto& [k, v] : j.at("logits").items()) g.logits[std::stoi(k)] = v.get<std::vector<float>>();
+    g.margins = j.at("greedy_margins").get<std::vector<double>>();
+    out.push_back(std::move(g));
+  }
+  if (out.empty()) FAIL("no golden case with mode " << mode << " in " << (data_dir() / "golden").string());
+  return out;
+}
+
+inline float max_abs_diff(std::span<const float> a, std::span<const float> b) {
+  REQUIRE(a.size() == b.size());
+  float m = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
+  return m;
+}
+
+inline bool valid_utf8(std::string_view s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    std::size_t n = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    std::uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1Fu) : n == 3 ? (c & 0x0Fu) : (c & 0x07u);
+    for (std::size_t k = 1; k < n; ++k) {
+      const auto t = static_cast<unsigned char>(s[i + k]);
+      if ((t & 0xC0) != 0x80) return false;
+      cp = cp << 6 | (t & 0x3Fu);
+    }
+    const std::uint32_t min_cp[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_cp[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp < 0xE000)) return false;
+    i += n;
+  }
+  return true;
+}
+
+}  // namespace test
+
+extern template class streamllm::Llama<streamllm::presets::Stories260K>;

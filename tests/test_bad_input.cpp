@@ -1,0 +1,147 @@
+// Bad input gets a streamllm::Error naming the file (or the argument) and the
+// problem; nothing crashes, and a rejected call changes no state.
+#include <unistd.h>
+
+#include <fstream>
+
+#include "common.hpp"
+
+using namespace streamllm;
+using test::Stories;
+
+namespace {
+
+// A scratch folder of this process, for the files these tests corrupt.
+std::filesystem::path scratch() {
+  static const auto dir = [] {
+    auto d = std::filesystem::temp_directory_path() / ("streamllm-bad-input-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+std::vector<char> read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+std::string write_file(const std::string& name, const std::vector<char>& bytes) {
+  const auto path = (scratch() / name).string();
+  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  return path;
+}
+
+// stories260K.bin with header field `index` (0 = dim ... 6 = seq_len) replaced.
+std::string with_header_field(const std::string& name, int index, std::int32_t value) {
+  auto bytes = read_all(test::model_path("stories260K.bin"));
+  std::memcpy(bytes.data() + 4 * index, &value, 4);
+  return write_file(name, bytes);
+}
+
+template <class Config = Stories>
+std::string load_error(const std::string& path) {
+  try {
+    load_llama<Config>(path);
+  } catch (const FileError& e) {
+    return e.what();
+  }
+  FAIL("loading '" << path << "' did not throw streamllm::FileError");
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("a missing model file is an error naming the file", "[errors]") {
+  const std::string path = (scratch() / "no-such-model.bin").string();
+  const auto msg = load_error(path);
+  REQUIRE_THAT(msg, Catch::Contains(path) && Catch::Contains("cannot open") && Catch::Contains("No such file"));
+}
+
+TEST_CASE("an empty model file is an error", "[errors]") {
+  const auto path = write_file("empty.bin", {});
+  REQUIRE_THAT(load_error(path), Catch::Contains(path) && Catch::Contains("empty"));
+}
+
+TEST_CASE("a truncated model file is an error that says how much is missing", "[errors]") {
+  auto bytes = read_all(test::model_path("stories260K.bin"));
+  const auto full = bytes.size();
+  bytes.resize(full - 1000);
+  const auto path = write_file("truncated.bin", bytes);
+  REQUIRE_THAT(load_error(path), Catch::Contains(path) && Catch::Contains("truncated") &&
+                                     Catch::Contains(std::to_string(full)) && Catch::Contains(std::to_string(full - 1000)));
+  bytes.resize(10);  // not even a header
+  const auto tiny = write_file("tiny.bin", bytes);
+  REQUIRE_THAT(load_error(tiny), Catch::Contains("truncated") && Catch::Contains("header"));
+}
+
+TEST_CASE("trailing bytes after the weights are an error", "[errors]") {
+  auto bytes = read_all(test::model_path("stories260K.bin"));
+  bytes.resize(bytes.size() + 12, 0);
+  const auto path = write_file("trailing.bin", bytes);
+  REQUIRE_THAT(load_error(path), Catch::Contains("12 bytes more"));
+}
+
+TEST_CASE("a header that does not match the template names each differing dimension", "[errors]") {
+  const auto path = test::model_path("stories260K.bin");
+  const auto msg = load_error<presets::Stories15M>(path);
+  REQUIRE_THAT(msg, Catch::Contains(path) && Catch::Contains("does not match the template") &&
+                        Catch::Contains("dim is 64 in the file but 288 in the template") &&
+                        Catch::Contains("kv_heads is 4 in the file but 6 in the template"));
+  // One dimension off: the seq_len the file was trained with.
+  const auto seq = with_header_field("seq256.bin", 6, 256);
+  REQUIRE_THAT(load_error(seq), Catch::Contains("max_seq is 256 in the file but 512 in the template"));
+}
+
+TEST_CASE("negative or zero dimensions in a header are errors", "[errors]") {
+  const char* names[] = {"dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len"};
+  for (int field = 0; field < 7; ++field) {
+    for (std::int32_t value : {0, -8}) {
+      if (field == 5 && value < 0) continue;  // negative vocab means "separate classifier"
+      const auto path = with_header_field("dims.bin", field, value);
+      INFO("field " << names[field] << " = " << value);
+      REQUIRE_THAT(load_error(path), Catch::Contains(path) && Catch::Contains(names[field]) &&
+                                         Catch::Contains(std::to_string(value)));
+    }
+  }
+}
+
+TEST_CASE("token ids out of range are rejected before any state changes", "[errors]") {
+  auto model = load_llama<Stories>(test::model_path("stories260K.bin"));
+  KVCache<Stories> cache;
+  model.decode(1, cache);
+  REQUIRE_THROWS_WITH(model.decode(512, cache), Catch::Contains("token id 512") && Catch::Contains("[0, 512)"));
+  REQUIRE_THROWS_AS(model.decode(-3, cache), InputError);
+  const std::vector<TokenId> prompt{1, 20, 999, 30};
+  REQUIRE_THROWS_WITH(model.prefill(prompt, cache), Catch::Contains("token id 999 at index 2"));
+  REQUIRE(cache.size() == 1);
+}
+
+TEST_CASE("a prompt longer than the dense cache is an error, and the cache is untouched", "[errors]") {
+  auto model = load_llama<Stories>(test::model_path("stories260K.bin"));
+  KVCache<Stories> cache;
+  const std::vector<TokenId> long_prompt(Stories::MaxSeq + 1, 300);
+  REQUIRE_THROWS_AS(model.prefill(long_prompt, cache), CacheFullError);
+  REQUIRE_THROWS_WITH(model.prefill(long_prompt, cache), Catch::Contains("MaxSeq 512") && Catch::Contains("513 new"));
+  REQUIRE(cache.size() == 0);
+  const std::vector<TokenId> fits(Stories::MaxSeq, 300);
+  model.prefill(fits, cache);
+  REQUIRE(cache.size() == Stories::MaxSeq);
+  REQUIRE_THROWS_AS(model.decode(5, cache), CacheFullError);
+  const std::vector<TokenId> empty;
+  REQUIRE_THROWS_WITH(model.prefill(empty, cache), Catch::Contains("empty"));
+}
+
+TEST_CASE("a file that is not a SentencePiece model is an error naming it", "[errors][tokenizer]") {
+  const auto path = test::model_path("stories260K.bin");
+  REQUIRE_THROWS_WITH(Tokenizer(path), Catch::Contains(path) && Catch::Contains("SentencePiece"));
+  const auto missing = (scratch() / "none.model").string();
+  REQUIRE_THROWS_AS(Tokenizer(missing), FileError);
+}
+
+TEST_CASE("a tokenizer whose vocabulary is not the model's is rejected by generate", "[errors]") {
+  auto model = load_llama<Stories>(test::model_path("stories260K.bin"));
+  const Tokenizer big(test::model_path("tokenizer.model"));
+  KVCache<Stories> cache;
+  REQUIRE_THROWS_WITH(generate(model, big, cache, "Hi", {}, nullptr), Catch::Contains("32000"));
+}

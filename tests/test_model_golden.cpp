@@ -1,0 +1,106 @@
+// The forward pass against an independent float64 reference on real weights
+// (stories260K), and batched prefill against token-by-token decoding.
+#include <iostream>
+
+#include "common.hpp"
+
+using namespace streamllm;
+using test::Stories;
+
+namespace {
+
+// Golden tolerance for f32 weights and an f32 cache (golden/README.md).
+constexpr float kGoldenTolerance = 1e-3f;
+// Batched prefill and one-token decode differ only in summation order.
+constexpr float kPrefillVsDecodeTolerance = 1e-4f;
+
+Llama<Stories>& model() {
+  static Llama<Stories> m = load_llama<Stories>(test::model_path("stories260K.bin"));
+  return m;
+}
+
+// Feeds ids[from..steps) one token at a time after the cache already holds
+// ids[0..from); checks recorded logits and, past the prompt, that each argmax
+// is the golden next id. Returns the largest logit error seen.
+float decode_and_check(const test::Golden& g, KVCache<Stories>& cache, std::size_t from, float max_err) {
+  for (std::size_t p = from; p < static_cast<std::size_t>(g.steps); ++p) {
+    const auto logits = model().decode(g.ids[p], cache);
+    INFO(g.name << " position " << p);
+    if (auto it = g.logits.find(static_cast<int>(p)); it != g.logits.end()) {
+      const float err = test::max_abs_diff(logits, it->second);
+      REQUIRE(err <= kGoldenTolerance);
+      max_err = std::max(max_err, err);
+    }
+    if (p + 1 >= g.prompt_ids.size()) REQUIRE(argmax(logits) == g.ids[p + 1]);
+  }
+  return max_err;
+}
+
+}  // namespace
+
+TEST_CASE("dense goldens: prefill of the prompt, then decoding, reproduce logits and greedy ids", "[golden][model]") {
+  for (const auto& g : test::goldens("dense")) {
+    KVCache<Stories> cache;
+    const std::size_t P = g.prompt_ids.size();
+    const Llama<Stories>::Sequence seq{&cache, g.prompt_ids, true};
+    const auto out = model().forward({&seq, 1});
+    REQUIRE(out.rows(0) == P);
+    float max_err = 0;
+    for (std::size_t p = 0; p < P; ++p) {
+      if (auto it = g.logits.find(static_cast<int>(p)); it != g.logits.end()) {
+        INFO(g.name << " prompt position " << p);
+        const float err = test::max_abs_diff(out.row(0, p), it->second);
+        REQUIRE(err <= kGoldenTolerance);
+        max_err = std::max(max_err, err);
+      }
+    }
+    REQUIRE(argmax(out.last(0)) == g.ids[P]);
+    max_err = decode_and_check(g, cache, P, max_err);
+    std::cout << "golden " << g.name << " (prefill " << P << " + decode): max |logit error| " << max_err << "\n";
+  }
+}
+
+TEST_CASE("dense goldens: token-by-token decoding from position 0 reproduces logits and greedy ids", "[golden][model]") {
+  for (const auto& g : test::goldens("dense")) {
+    KVCache<Stories> cache;
+    const float max_err = decode_and_check(g, cache, 0, 0.0f);
+    std::cout << "golden " << g.name << " (decode only): max |logit error| " << max_err << "\n";
+  }
+}
+
+TEST_CASE("prefill in one batch gives the logits of token-by-token decoding", "[model]") {
+  for (const auto& g : test::goldens("dense")) {
+    const std::span<const TokenId> ids(g.ids.data(), static_cast<std::size_t>(g.steps));
+    KVCache<Stories> batched, stepwise;
+    const Llama<Stories>::Sequence seq{&batched, ids, true};
+    const auto all = model().forward({&seq, 1});
+    std::vector<float> batch_logits(all.row(0, 0).data(), all.row(0, 0).data() + ids.size() * Stories::Vocab);
+    float worst = 0;
+    for (std::size_t p = 0; p < ids.size(); ++p) {
+      const auto one = model().decode(ids[p], stepwise);
+      const float err = test::max_abs_diff(one, {batch_logits.data() + p * Stories::Vocab, Stories::Vocab});
+      INFO(g.name << " position " << p);
+      REQUIRE(err <= kPrefillVsDecodeTolerance);
+      worst = std::max(worst, err);
+    }
+    REQUIRE(batched.size() == stepwise.size());
+    std::cout << "prefill vs decode " << g.name << " (" << ids.size() << " tokens): max |diff| " << worst << "\n";
+  }
+}
+
+TEST_CASE("prefill cut into chunks gives the logits of one batch", "[model]") {
+  const auto g = test::goldens("dense").front();
+  const std::span<const TokenId> ids(g.ids.data(), 100);
+  KVCache<Stories> whole, chunked;
+  const auto want_span = model().prefill(ids, whole);
+  const std::vector<float> want(want_span.begin(), want_span.end());
+  for (std::size_t chunk : {1, 7, 33, 99}) {
+    chunked.clear();
+    model().set_max_chunk(chunk);
+    const auto got = model().prefill(ids, chunked);
+    INFO("chunk " << chunk);
+    REQUIRE(test::max_abs_diff(got, want) <= kPrefillVsDecodeTolerance);
+    REQUIRE(chunked.size() == 100);
+  }
+  model().set_max_chunk(512);
+}
