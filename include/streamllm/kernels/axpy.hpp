@@ -19,14 +19,14 @@ inline void scale(float a, float* y, std::size_t n) {
 inline void axpy(float a, const float* x, float* y, std::size_t n) {
   const Batch va(a);
   std::size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) store(y + i, xsimd::fma(va, load(x + i), load(y + i)));
+  for (const std::size_t end = vector_end(n); i < end; i += kLanes) store(y + i, xsimd::fma(va, load(x + i), load(y + i)));
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
 inline void scale(float a, float* y, std::size_t n) {
   const Batch va(a);
   std::size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) store(y + i, va * load(y + i));
+  for (const std::size_t end = vector_end(n); i < end; i += kLanes) store(y + i, va * load(y + i));
   for (; i < n; ++i) y[i] *= a;
 }
 

@@ -26,7 +26,7 @@ inline float dot(const float* a, const float* b, std::size_t n) {
     acc2 = xsimd::fma(load(a + i + 2 * kLanes), load(b + i + 2 * kLanes), acc2);
     acc3 = xsimd::fma(load(a + i + 3 * kLanes), load(b + i + 3 * kLanes), acc3);
   }
-  for (; i + kLanes <= n; i += kLanes) acc0 = xsimd::fma(load(a + i), load(b + i), acc0);
+  for (const std::size_t end = vector_end(n); i < end; i += kLanes) acc0 = xsimd::fma(load(a + i), load(b + i), acc0);
   float s = xsimd::hadd((acc0 + acc1) + (acc2 + acc3));
   for (; i < n; ++i) s += a[i] * b[i];
   return s;

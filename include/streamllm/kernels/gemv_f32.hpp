@@ -16,14 +16,15 @@ inline void gemv_f32_rows(const float* w, std::size_t ldw, std::size_t k, const 
                           std::size_t ldx, float* y, std::size_t ldy, std::size_t r0,
                           std::size_t r1) {
   constexpr int R = 4;
-  std::size_t r = r0;
-  for (; r + R <= r1; r += R) {
+  const std::size_t full = r0 + (r1 - r0) / R * R;  // rows in whole groups of R
+  for (std::size_t r = r0; r < full; r += R) {
     Batch acc[R][NT];
     for (auto& a : acc)
       for (auto& b : a) b = Batch(0.f);
     const float* wr = w + r * ldw;
+    const std::size_t kend = vector_end(k);
     std::size_t kk = 0;
-    for (; kk + kLanes <= k; kk += kLanes) {
+    for (; kk < kend; kk += kLanes) {
       Batch xv[NT];
 #pragma GCC unroll 4
       for (int j = 0; j < NT; ++j) xv[j] = load(x + static_cast<std::size_t>(j) * ldx + kk);
@@ -43,13 +44,13 @@ inline void gemv_f32_rows(const float* w, std::size_t ldw, std::size_t k, const 
         y[static_cast<std::size_t>(j) * ldy + r + static_cast<std::size_t>(i)] = s;
       }
   }
-  for (; r < r1; ++r) {  // leftover rows, one at a time
+  for (std::size_t r = full; r < r1; ++r) {  // leftover rows, one at a time
     const float* wr = w + r * ldw;
     for (int j = 0; j < NT; ++j) {
       const float* xj = x + static_cast<std::size_t>(j) * ldx;
       Batch acc(0.f);
       std::size_t kk = 0;
-      for (; kk + kLanes <= k; kk += kLanes) acc = xsimd::fma(load(wr + kk), load(xj + kk), acc);
+      for (const std::size_t kend = vector_end(k); kk < kend; kk += kLanes) acc = xsimd::fma(load(wr + kk), load(xj + kk), acc);
       float s = xsimd::hadd(acc);
       for (; kk < k; ++kk) s += wr[kk] * xj[kk];
       y[static_cast<std::size_t>(j) * ldy + r] = s;

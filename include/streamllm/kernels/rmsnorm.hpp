@@ -22,7 +22,7 @@ inline void rmsnorm(float* out, const float* x, const float* w, std::size_t n, f
   const float inv = 1.0f / std::sqrt(dot(x, x, n) / static_cast<float>(n) + eps);
   const Batch vinv(inv);
   std::size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) store(out + i, load(x + i) * vinv * load(w + i));
+  for (const std::size_t end = vector_end(n); i < end; i += kLanes) store(out + i, load(x + i) * vinv * load(w + i));
   for (; i < n; ++i) out[i] = x[i] * inv * w[i];
 }
 

@@ -18,7 +18,7 @@ inline void silu_gate(float* gate, const float* up, std::size_t n) {
 inline void silu_gate(float* gate, const float* up, std::size_t n) {
   const Batch one(1.0f);
   std::size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
+  for (const std::size_t end = vector_end(n); i < end; i += kLanes) {
     const Batch g = load(gate + i);
     store(gate + i, g / (one + xsimd::exp(-g)) * load(up + i));
   }

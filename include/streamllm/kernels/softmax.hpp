@@ -52,7 +52,7 @@ inline float exp_shifted(float* x, std::size_t n, float shift) {
   const Batch vshift(shift);
   Batch vsum(0.f);
   std::size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
+  for (const std::size_t end = vector_end(n); i < end; i += kLanes) {
     const Batch e = xsimd::exp(load(x + i) - vshift);
     store(x + i, e);
     vsum += e;
@@ -70,7 +70,7 @@ inline void softmax(float* x, std::size_t n) {
   const float inv = 1.0f / exp_shifted(x, n, max_of(x, n));
   const Batch vinv(inv);
   std::size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) store(x + i, load(x + i) * vinv);
+  for (const std::size_t end = vector_end(n); i < end; i += kLanes) store(x + i, load(x + i) * vinv);
   for (; i < n; ++i) x[i] *= inv;
 }
 

@@ -1,0 +1,87 @@
+// generate: stream a continuation of a prompt from a llama2.c checkpoint.
+//
+//   generate --model stories260K.bin --tokenizer tok512.model --prompt "Once upon a time" -n 200
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+#include "common/example_support.hpp"
+#include "streamllm/streamllm.hpp"
+
+namespace {
+
+struct Options {
+  std::string model = examples::default_model();
+  std::string tokenizer;
+  std::string prompt = "Once upon a time";
+  int tokens = 256;
+  float temperature = 0.0f;
+  float top_p = 0.9f;
+  int top_k = 0;
+  float repetition_penalty = 1.0f;
+  std::uint64_t seed = 0;
+  int threads = 0;
+};
+
+template <class Config>
+int run(const Options& o) {
+  const streamllm::Tokenizer tok(o.tokenizer);
+  auto model = streamllm::load_llama<Config>(o.model);
+  auto cache = std::make_unique<streamllm::KVCache<Config>>();
+
+  streamllm::GenerationOptions opt;
+  opt.max_new_tokens = o.tokens;
+  opt.echo_prompt = true;
+  opt.sampling.temperature = o.temperature;
+  opt.sampling.top_p = o.top_p;
+  opt.sampling.top_k = o.top_k;
+  opt.sampling.repetition_penalty = o.repetition_penalty;
+  opt.sampling.seed = o.seed;
+
+  std::fprintf(stderr, "model %s (%s), tokenizer %s, %d threads, kernels %s\n", o.model.c_str(),
+               Config::shape().to_string().c_str(), o.tokenizer.c_str(), omp_get_max_threads(),
+               streamllm::kernels::simd_arch_name());
+  const auto res = streamllm::generate(model, tok, *cache, std::string_view(o.prompt), opt,
+                                       [](std::string_view piece) {
+                                         std::fwrite(piece.data(), 1, piece.size(), stdout);
+                                         std::fflush(stdout);
+                                         return true;
+                                       });
+  std::printf("\n");
+  std::fprintf(stderr,
+               "prompt %zu tokens, generated %zu (%s); time to first token %.1f ms, prefill %.1f ms, "
+               "decode %.1f tok/s\n",
+               res.prompt_tokens, res.tokens.size(), streamllm::to_string(res.stop),
+               1e3 * res.time_to_first_token_s, 1e3 * res.prefill_s, res.tokens_per_s());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"Stream a continuation of a prompt from a Llama 2 checkpoint (llama2.c .bin)."};
+  app.add_option("-m,--model", o.model, "model file (llama2.c .bin)")->capture_default_str();
+  app.add_option("-z,--tokenizer", o.tokenizer, "SentencePiece .model (default: from the data folder, by vocabulary size)");
+  app.add_option("-i,--prompt", o.prompt, "prompt text")->capture_default_str();
+  app.add_option("-n,--tokens", o.tokens, "tokens to generate at most")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("-t,--temperature", o.temperature, "0 = greedy")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("-p,--top-p", o.top_p, "nucleus sampling mass")->capture_default_str()->check(CLI::Range(0.0f, 1.0f));
+  app.add_option("-k,--top-k", o.top_k, "keep the k most likely tokens, 0 = all")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("-r,--repetition-penalty", o.repetition_penalty, "CTRL repetition penalty, 1 = off")->capture_default_str();
+  app.add_option("-s,--seed", o.seed, "random seed")->capture_default_str();
+  app.add_option("-j,--threads", o.threads, "OpenMP threads, 0 = all cores")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (o.model.empty()) throw streamllm::Error("no --model given and no data folder found (set STREAMLLM_DATA_DIR)");
+    examples::set_threads(o.threads);
+    const streamllm::ModelShape shape = streamllm::read_model_shape(o.model);
+    if (o.tokenizer.empty()) o.tokenizer = examples::default_tokenizer(static_cast<long>(shape.vocab));
+    return streamllm::with_preset(shape, [&](auto config) { return run<decltype(config)>(o); });
+  } catch (const streamllm::Error& e) {
+    std::fprintf(stderr, "generate: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Builds and runs the whole test suite (CTest; long-stream tests included).
+#   STREAMLLM_SANITIZE=1  build with clang, AddressSanitizer and UBSan
+#   STREAMLLM_NATIVE=0    portable build (no -march=native: the SSE2 kernels)
+#   CTEST_ARGS="-L quick" run only the quick label
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+bash "$root/scripts/install-deps.sh"
+
+sanitize="${STREAMLLM_SANITIZE:-0}"
+native="${STREAMLLM_NATIVE:-1}"
+name="build-test"
+args=(-DCMAKE_BUILD_TYPE=Release -DSTREAMLLM_BUILD_BENCHMARKS=OFF)
+if [ "$sanitize" = 1 ]; then
+  name="build-asan"
+  args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTREAMLLM_SANITIZE=ON -DSTREAMLLM_BUILD_BENCHMARKS=OFF
+        -DCMAKE_CXX_COMPILER=clang++)
+fi
+if [ "$native" = 0 ]; then
+  name="$name-portable"
+  args+=(-DSTREAMLLM_NATIVE=OFF)
+fi
+[ -n "${STREAMLLM_DATA_DIR:-}" ] && args+=(-DSTREAMLLM_DATA_DIR="$STREAMLLM_DATA_DIR")
+build="${STREAMLLM_BUILD_DIR:-$root/$name}"
+
+cmake -S "$root" -B "$build" "${args[@]}" >/dev/null
+cmake --build "$build" -j"$(nproc)"
+cd "$build"
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}"
+# shellcheck disable=SC2086
+ctest --output-on-failure -j"$(nproc)" ${CTEST_ARGS:-}
