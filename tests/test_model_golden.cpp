@@ -1,5 +1,7 @@
 // The forward pass against an independent float64 reference on real weights
 // (stories260K), and batched prefill against token-by-token decoding.
+#include <unistd.h>
+
 #include <iostream>
 
 #include "common.hpp"
@@ -103,4 +105,65 @@ TEST_CASE("prefill cut into chunks gives the logits of one batch", "[model]") {
     REQUIRE(chunked.size() == 100);
   }
   model().set_max_chunk(512);
+}
+
+TEST_CASE("a checkpoint with a separate classifier (negative vocab) loads and is used", "[model][llama2c]") {
+  // stories260K shares its classifier with the embedding; write the same
+  // weights with an explicit classifier, once equal and once negated.
+  const io::MappedFile f(test::model_path("stories260K.bin"));
+  const ModelShape s = Stories::shape();
+  const auto n = static_cast<std::size_t>(io::llama2c_float_count(s, true));
+  const float* w = reinterpret_cast<const float*>(f.data() + io::kLlama2cHeaderBytes);
+  std::vector<float> floats(w, w + n);
+  floats.insert(floats.end(), w, w + static_cast<std::size_t>(s.vocab * s.dim));  // classifier = embedding
+  const auto dir = std::filesystem::temp_directory_path();
+  const auto same = (dir / ("streamllm-cls-same-" + std::to_string(::getpid()) + ".bin")).string();
+  io::write_llama2c(same, s, false, floats);
+  for (std::size_t i = n; i < floats.size(); ++i) floats[i] = -floats[i];
+  const auto negated = (dir / ("streamllm-cls-neg-" + std::to_string(::getpid()) + ".bin")).string();
+  io::write_llama2c(negated, s, false, floats);
+
+  const std::vector<TokenId> prompt{1, 403, 407, 261, 378};
+  KVCache<Stories> c0, c1, c2;
+  const auto want = model().prefill(prompt, c0);
+  const std::vector<float> base(want.begin(), want.end());
+  auto m_same = load_llama<Stories>(same);
+  auto m_neg = load_llama<Stories>(negated);
+  REQUIRE(m_same.weights().classifier.data != m_same.weights().token_embedding.data);
+  const auto got_same = m_same.prefill(prompt, c1);
+  REQUIRE(test::max_abs_diff(got_same, base) == 0.0f);
+  const auto got_neg = m_neg.prefill(prompt, c2);
+  for (std::size_t i = 0; i < base.size(); ++i) REQUIRE(got_neg[i] == -base[i]);
+  std::filesystem::remove(same);
+  std::filesystem::remove(negated);
+}
+
+TEST_CASE("one forward over several sequences equals running each alone", "[model][batch]") {
+  const auto gs = test::goldens("dense");
+  // Three sequences at different depths, with different numbers of new tokens.
+  KVCache<Stories> solo[3], batched[3];
+  const std::size_t depth[3] = {0, 7, 30}, fresh[3] = {5, 1, 12};
+  std::vector<std::vector<float>> want(3);
+  for (int s = 0; s < 3; ++s) {
+    const auto& ids = gs[static_cast<std::size_t>(s) % gs.size()].ids;
+    if (depth[s] > 0) {
+      model().prefill({ids.data(), depth[s]}, solo[s]);
+      model().prefill({ids.data(), depth[s]}, batched[s]);
+    }
+    const auto l = model().prefill({ids.data() + depth[s], fresh[s]}, solo[s]);
+    want[static_cast<std::size_t>(s)].assign(l.begin(), l.end());
+  }
+  std::vector<Llama<Stories>::Sequence> seqs;
+  for (int s = 0; s < 3; ++s) {
+    const auto& ids = gs[static_cast<std::size_t>(s) % gs.size()].ids;
+    seqs.push_back({&batched[s], {ids.data() + depth[s], fresh[s]}, false});
+  }
+  const auto out = model().forward(seqs);
+  for (std::size_t s = 0; s < 3; ++s) {
+    INFO("sequence " << s);
+    REQUIRE(test::max_abs_diff(out.last(s), want[s]) <= kPrefillVsDecodeTolerance);
+    REQUIRE(batched[s].size() == solo[s].size());
+  }
+  seqs[1].cache = seqs[0].cache;
+  REQUIRE_THROWS_WITH(model().forward(seqs), Catch::Contains("share one cache"));
 }
