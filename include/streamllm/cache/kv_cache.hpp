@@ -83,38 +83,44 @@ class KVCacheBase {
   std::int64_t size_ = 0;
 };
 
-// The dense cache: every token of the sequence, up to MaxSeq.
+// The dense cache: every token of the sequence, up to MaxSeq positions (the
+// context the model was trained with). A larger capacity may be asked for, to
+// measure what happens past that length (RoPE extrapolation).
 template <class Config>
 class KVCache final : public KVCacheBase<Config> {
-  static constexpr std::size_t kLayerFloats = std::size_t(Config::MaxSeq) * Config::KVDim;
-
  public:
-  KVCache() : k_(kLayerFloats * Config::Layers), v_(kLayerFloats * Config::Layers) {}
+  explicit KVCache(std::int64_t capacity = Config::MaxSeq)
+      : capacity_(capacity), layer_floats_(static_cast<std::size_t>(capacity) * Config::KVDim) {
+    if (capacity <= 0) throw InputError("dense KV cache: capacity " + std::to_string(capacity) + " must be positive");
+    k_.resize(layer_floats_ * Config::Layers);
+    v_.resize(layer_floats_ * Config::Layers);
+  }
 
   std::int64_t sinks() const override { return 0; }
   std::int64_t window() const override { return kUnboundedWindow; }
-  std::int64_t capacity() const override { return Config::MaxSeq; }
+  std::int64_t capacity() const override { return capacity_; }
   std::size_t bytes() const override { return (k_.size() + v_.size()) * sizeof(float); }
-  std::string describe() const override { return "dense KV cache of " + std::to_string(Config::MaxSeq) + " positions"; }
+  std::string describe() const override { return "dense KV cache of " + std::to_string(capacity_) + " positions"; }
 
-  bool has_room(std::int64_t n) const override { return this->size_ + n <= Config::MaxSeq; }
+  bool has_room(std::int64_t n) const override { return this->size_ + n <= capacity_; }
   void check_room(std::int64_t n) const override {
     if (!has_room(n))
       throw CacheFullError("dense KV cache is full: " + std::to_string(this->size_) + " tokens cached + " +
-                           std::to_string(n) + " new > MaxSeq " + std::to_string(Config::MaxSeq) +
+                           std::to_string(n) + " new > " +
+                           (capacity_ == Config::MaxSeq ? "MaxSeq " : "capacity ") + std::to_string(capacity_) +
                            "; a sink+window cache (SinkWindowKVCache) never runs out");
   }
 
   int segments(int layer, std::int64_t, KVSegment* out) const override {
     if (this->size_ == 0) return 0;
-    const std::size_t base = static_cast<std::size_t>(layer) * kLayerFloats;
+    const std::size_t base = static_cast<std::size_t>(layer) * layer_floats_;
     out[0] = {k_.data() + base, v_.data() + base, Config::KVDim, this->size_, false};
     return 1;
   }
 
   void store(int layer, std::int64_t pos, std::int64_t n, const float* k, const float* v,
              std::size_t ld) override {
-    const std::size_t base = static_cast<std::size_t>(layer) * kLayerFloats;
+    const std::size_t base = static_cast<std::size_t>(layer) * layer_floats_;
     for (std::int64_t i = 0; i < n; ++i) {
       const std::size_t slot = base + static_cast<std::size_t>(pos + i) * Config::KVDim;
       std::memcpy(k_.data() + slot, k + static_cast<std::size_t>(i) * ld, Config::KVDim * sizeof(float));
@@ -123,6 +129,8 @@ class KVCache final : public KVCacheBase<Config> {
   }
 
  private:
+  std::int64_t capacity_;
+  std::size_t layer_floats_;
   AlignedVector<float> k_, v_;  // [layer][position][kv_dim]
 };
 

@@ -81,6 +81,10 @@ inline void rope_rotate(float* x, std::size_t n, int head_dim, std::int64_t pos,
     x[e + 1] = static_cast<float>(x0 * s + x1 * c);
   }
 }
+// Re-rotation by delta, in the textbook form: the twin of rope_rerotate.
+inline void rope_rerotate(float* x, std::size_t n, int head_dim, std::int64_t delta, double theta) {
+  rope_rotate(x, n, head_dim, delta, theta);
+}
 }  // namespace scalar
 
 namespace detail {
