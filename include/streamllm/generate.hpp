@@ -33,6 +33,12 @@ struct GenerationOptions {
   int max_new_tokens = 256;
   SamplingParams sampling;
   bool echo_prompt = false;           // stream the prompt's text first
+  // The generated text continues the prompt's (a completion): spaces at the
+  // join are kept. false: it is a text of its own (a chat answer), whose
+  // first leading space is dropped as decode of the answer alone would.
+  bool continue_text = true;
+  // Called as the prompt's chunks are prefilled: (tokens done, tokens in all).
+  std::function<void(std::size_t, std::size_t)> on_prefill_progress;
   std::vector<TokenId> stop_tokens;   // besides EOS when stop_at_eos
   bool stop_at_eos = true;
 };
@@ -53,13 +59,15 @@ struct GenerationResult {
 // Receives each piece of text; returns false to stop generation.
 using TextCallback = std::function<bool(std::string_view)>;
 
-// Generates after `prompt` (ids, BOS included), appending to `cache`. The
-// last sampled token is not fed to the model (nothing would read its logits),
-// so on return the cache holds the prompt and all generated tokens but the last.
+// Generates from `logits`, the model's output after the caller fed `context`
+// (the tokens so far, for the repetition penalty and the detokeniser) into
+// `cache`. Sessions that prefill a turn themselves call this; `start` is when
+// the caller's request began, for the time to first token.
 template <class Config>
-GenerationResult generate(Llama<Config>& model, const Tokenizer& tok, KVCacheBase<Config>& cache,
-                          std::span<const TokenId> prompt, const GenerationOptions& opt,
-                          const TextCallback& on_text) {
+GenerationResult generate_from(Llama<Config>& model, const Tokenizer& tok, KVCacheBase<Config>& cache,
+                               std::span<const float> logits, std::span<const TokenId> context,
+                               const GenerationOptions& opt, const TextCallback& on_text,
+                               std::chrono::steady_clock::time_point start) {
   using Clock = std::chrono::steady_clock;
   const auto seconds = [](Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double>(b - a).count();
@@ -70,12 +78,12 @@ GenerationResult generate(Llama<Config>& model, const Tokenizer& tok, KVCacheBas
                      " pieces, the model " + std::to_string(Config::Vocab));
   Sampler sampler(opt.sampling);
   GenerationResult res;
-  res.prompt_tokens = prompt.size();
+  res.prompt_tokens = context.size();
   res.tokens.reserve(static_cast<std::size_t>(opt.max_new_tokens));
   StreamingDetokenizer detok(tok);
   std::vector<TokenId> history;
-  history.reserve(prompt.size() + static_cast<std::size_t>(opt.max_new_tokens));
-  history.assign(prompt.begin(), prompt.end());
+  history.reserve(context.size() + static_cast<std::size_t>(opt.max_new_tokens));
+  history.assign(context.begin(), context.end());
   auto emit = [&](std::string_view piece) { return piece.empty() || !on_text || on_text(piece); };
   auto is_stop = [&](TokenId t) {
     if (opt.stop_at_eos && t == tok.eos()) return true;
@@ -84,24 +92,22 @@ GenerationResult generate(Llama<Config>& model, const Tokenizer& tok, KVCacheBas
     return false;
   };
 
-  const auto t0 = Clock::now();
-  std::span<const float> logits = model.prefill(prompt, cache);
-  const auto t_prefill = Clock::now();
-  res.prefill_s = seconds(t0, t_prefill);
-  for (TokenId id : prompt) {  // the detokeniser must know the text so far
-    const std::string_view piece = detok.push(id);
-    if (opt.echo_prompt && !emit(piece)) {
-      res.stop = StopReason::Callback;
-      return res;
+  if (opt.echo_prompt || opt.continue_text) {
+    for (TokenId id : context) {  // the detokeniser must know the text so far
+      const std::string_view piece = detok.push(id);
+      if (opt.echo_prompt && !emit(piece)) {
+        res.stop = StopReason::Callback;
+        return res;
+      }
     }
   }
 
-  Clock::time_point t_first = t_prefill;
+  Clock::time_point t_first = Clock::now();
   for (int i = 0; i < opt.max_new_tokens; ++i) {
     const TokenId next = sampler.sample(logits, history);
     if (i == 0) {
       t_first = Clock::now();
-      res.time_to_first_token_s = seconds(t0, t_first);
+      res.time_to_first_token_s = seconds(start, t_first);
     }
     res.tokens.push_back(next);
     history.push_back(next);
@@ -125,6 +131,22 @@ GenerationResult generate(Llama<Config>& model, const Tokenizer& tok, KVCacheBas
   }
   if (res.stop != StopReason::Callback) emit(detok.finish());
   res.decode_s = seconds(t_first, Clock::now());
+  return res;
+}
+
+// Generates after `prompt` (ids, BOS included), appending to `cache`. The
+// last sampled token is not fed to the model (nothing would read its logits),
+// so on return the cache holds the prompt and all generated tokens but the last.
+template <class Config>
+GenerationResult generate(Llama<Config>& model, const Tokenizer& tok, KVCacheBase<Config>& cache,
+                          std::span<const TokenId> prompt, const GenerationOptions& opt,
+                          const TextCallback& on_text) {
+  const auto t0 = std::chrono::steady_clock::now();
+  opt.sampling.validate();
+  const std::span<const float> logits = model.prefill(prompt, cache, opt.on_prefill_progress);
+  const double prefill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  GenerationResult res = generate_from(model, tok, cache, logits, prompt, opt, on_text, t0);
+  res.prefill_s = prefill_s;
   return res;
 }
 

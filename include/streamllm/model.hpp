@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <functional>
 #include <span>
 #include <string>
 #include <utility>
@@ -78,9 +79,12 @@ class Llama {
   void set_max_chunk(std::size_t n) { max_chunk_ = std::max<std::size_t>(1, n); }
   std::size_t max_chunk() const { return max_chunk_; }
 
-  // Appends the prompt to the cache, in batched passes; returns the logits of
-  // its last token.
-  std::span<const float> prefill(std::span<const TokenId> tokens, Cache& cache) {
+  // Called between the chunks of a long prefill: (tokens done, tokens in all).
+  using Progress = std::function<void(std::size_t, std::size_t)>;
+
+  // Appends the prompt to the cache, in batched passes of at most max_chunk()
+  // tokens; returns the logits of its last token.
+  std::span<const float> prefill(std::span<const TokenId> tokens, Cache& cache, const Progress& progress = {}) {
     if (tokens.empty()) throw InputError("prefill: the prompt is empty (at least one token, usually BOS)");
     check_tokens(tokens, 0);
     cache.check_room(static_cast<std::int64_t>(tokens.size()));
@@ -88,6 +92,7 @@ class Llama {
     for (std::size_t i = 0; i < tokens.size(); i += max_chunk_) {
       const Sequence s{&cache, tokens.subspan(i, std::min(max_chunk_, tokens.size() - i)), false};
       out = forward({&s, 1}).last(0);
+      if (progress) progress(std::min(tokens.size(), i + max_chunk_), tokens.size());
     }
     return out;
   }

@@ -4,6 +4,7 @@
 #include "streamllm/attention.hpp"
 #include "streamllm/cache/kv_cache.hpp"
 #include "streamllm/cache/sink_window_cache.hpp"
+#include "streamllm/chat.hpp"
 #include "streamllm/config.hpp"
 #include "streamllm/detokenizer.hpp"
 #include "streamllm/error.hpp"

@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstddef>
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <span>
@@ -53,6 +54,19 @@ class MappedFile {
   MappedFile& operator=(const MappedFile&) = delete;
   ~MappedFile() {
     if (data_) ::munmap(const_cast<std::byte*>(data_), size_);
+  }
+
+  // Reads every page once, so that the first token does not pay for page
+  // faults; progress(bytes done, bytes in all) is called every few percent.
+  template <class Progress>
+  void touch_pages(Progress&& progress) const {
+    constexpr std::size_t kPage = 4096, kStep = std::size_t(1) << 24;  // report every 16 MiB
+    volatile unsigned char sink = 0;
+    for (std::size_t at = 0; at < size_; at += kStep) {
+      const std::size_t end = std::min(size_, at + kStep);
+      for (std::size_t p = at; p < end; p += kPage) sink = sink + static_cast<unsigned char>(data_[p]);
+      progress(end, size_);
+    }
   }
 
   std::span<const std::byte> bytes() const noexcept { return {data_, size_}; }

@@ -1,0 +1,179 @@
+// A chat: one conversation is its token history and a KV cache holding it.
+// Each new user turn is formatted with the Llama 2 chat template and only its
+// own tokens are prefilled; the history is kept as ids per turn and never
+// re-tokenised, so the cache and the history always say the same thing.
+#pragma once
+
+#include <chrono>
+#include <exception>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "streamllm/cache/kv_cache.hpp"
+#include "streamllm/generate.hpp"
+#include "streamllm/model.hpp"
+#include "streamllm/tokenizer.hpp"
+
+namespace streamllm {
+
+// Meta's Llama 2 chat format (llama/generation.py, chat_completion): every
+// user turn is BOS + "[INST] {content} [/INST]", every answer ends with EOS;
+// a system prompt goes inside the first user turn between <<SYS>> markers.
+struct Llama2ChatTemplate {
+  static std::string strip(std::string_view s) {
+    const auto b = s.find_first_not_of(" \t\r\n");
+    if (b == std::string_view::npos) return {};
+    const auto e = s.find_last_not_of(" \t\r\n");
+    return std::string(s.substr(b, e - b + 1));
+  }
+
+  // The text of a user turn (BOS is added as a token, not as text).
+  static std::string user_turn(std::string_view user, std::string_view system) {
+    std::string content = system.empty() ? std::string(user)
+                                         : "<<SYS>>\n" + std::string(system) + "\n<</SYS>>\n\n" + std::string(user);
+    return "[INST] " + strip(content) + " [/INST]";
+  }
+};
+
+template <class Config>
+class ChatSession {
+ public:
+  struct Turn {
+    std::string user;
+    std::vector<TokenId> prompt;  // BOS + the formatted user turn
+    std::vector<TokenId> answer;  // generated ids, closed with EOS
+    std::string answer_text;
+  };
+
+  struct TurnStats {
+    std::size_t prefilled = 0;  // tokens this turn prefilled: the new turn's length
+    std::size_t answer_tokens = 0;
+    double time_to_first_token_s = 0;
+    double tokens_per_s = 0;
+    StopReason stop = StopReason::MaxTokens;
+  };
+
+  ChatSession(Llama<Config>& model, const Tokenizer& tok, std::unique_ptr<KVCacheBase<Config>> cache,
+              std::string system_prompt = {})
+      : model_(&model), tok_(&tok), cache_(std::move(cache)), system_(std::move(system_prompt)) {
+    if (!cache_) throw InputError("chat: a session needs a cache");
+  }
+
+  // Formats and prefills a user turn; returns the logits the answer starts
+  // from. Throws (and changes nothing) for an empty turn or one that does not
+  // fit a dense cache.
+  std::span<const float> prefill_turn(std::string_view user) {
+    const std::string content = Llama2ChatTemplate::strip(user);
+    if (content.empty()) throw InputError("chat: the turn is empty");
+    std::vector<TokenId> prompt{tok_->bos()};
+    const auto body = tok_->encode(Llama2ChatTemplate::user_turn(content, turns_.empty() ? system_ : ""), false);
+    prompt.insert(prompt.end(), body.begin(), body.end());
+    // The prompt, one answer token and its closing EOS must fit.
+    if (!cache_->has_room(static_cast<std::int64_t>(prompt.size()) + 2))
+      throw CacheFullError("chat: a turn of " + std::to_string(prompt.size()) + " tokens does not fit the " +
+                           cache_->describe() + " (" + std::to_string(cache_->size()) +
+                           " positions used); /reset the session, or switch to a sink+window cache "
+                           "(--window in examples/chat, DynamicSinkWindowKVCache in code), which never runs out");
+    const auto logits = model_->prefill(prompt, *cache_, progress_);
+    turns_.push_back({std::string(content), std::move(prompt), {}, {}});
+    last_ = {};
+    last_.prefilled = turns_.back().prompt.size();
+    return logits;
+  }
+
+  // One user turn and its streamed answer. A stop asked by the callback, the
+  // token limit or a throwing callback all end the answer with EOS in the
+  // cache, so the session stays usable.
+  TurnStats ask(std::string_view user, GenerationOptions opt, const TextCallback& on_text) {
+    const auto t0 = std::chrono::steady_clock::now();
+    opt.sampling.validate();
+    const auto logits = prefill_turn(user);
+    Turn& turn = turns_.back();
+    // A dense cache bounds the answer: it must leave room for the closing EOS.
+    const std::int64_t free = cache_->capacity() - cache_->size();
+    if (!cache_->has_room(opt.max_new_tokens + 1))
+      opt.max_new_tokens = static_cast<int>(std::max<std::int64_t>(1, free - 1));
+    opt.echo_prompt = false;
+    opt.continue_text = false;
+    std::exception_ptr error;
+    const auto res = generate_from(*model_, *tok_, *cache_, logits, turn.prompt, opt,
+                                   [&](std::string_view piece) {
+                                     turn.answer_text += piece;
+                                     if (!on_text) return true;
+                                     try {
+                                       return on_text(piece);
+                                     } catch (...) {
+                                       error = std::current_exception();
+                                       return false;
+                                     }
+                                   },
+                                   t0);
+    turn.answer = res.tokens;
+    close_answer(turn);
+    last_.answer_tokens = res.tokens.size();
+    last_.time_to_first_token_s = res.time_to_first_token_s;
+    last_.tokens_per_s = res.tokens_per_s();
+    last_.stop = res.stop;
+    if (error) std::rethrow_exception(error);
+    return last_;
+  }
+
+  // Forgets the conversation (the cache keeps its memory).
+  void reset() {
+    cache_->clear();
+    turns_.clear();
+    last_ = {};
+  }
+
+  // Called while a long turn is prefilled: (tokens done, tokens in all).
+  void set_progress(typename Llama<Config>::Progress p) { progress_ = std::move(p); }
+
+  const std::vector<Turn>& turns() const { return turns_; }
+  const TurnStats& last_turn() const { return last_; }
+  const KVCacheBase<Config>& cache() const { return *cache_; }
+  const std::string& system_prompt() const { return system_; }
+
+  // Every id the cache holds, in order: what a fresh session would prefill.
+  std::vector<TokenId> history() const {
+    std::vector<TokenId> all;
+    for (const Turn& t : turns_) {
+      all.insert(all.end(), t.prompt.begin(), t.prompt.end());
+      all.insert(all.end(), t.answer.begin(), t.answer.end());
+    }
+    return all;
+  }
+  std::size_t history_tokens() const { return static_cast<std::size_t>(cache_->size()); }
+
+ private:
+  // The last sampled token is not in the cache yet (generation never feeds
+  // it); feed it, and an EOS if the answer did not end with one, so the
+  // history reads "... answer </s>" as in Meta's format.
+  void close_answer(Turn& turn) {
+    std::vector<TokenId> tail;
+    if (!turn.answer.empty()) tail.push_back(turn.answer.back());
+    if (turn.answer.empty() || turn.answer.back() != tok_->eos()) {
+      turn.answer.push_back(tok_->eos());
+      tail.push_back(tok_->eos());
+    }
+    if (!cache_->has_room(static_cast<std::int64_t>(tail.size()))) {
+      // Only a dense cache at its very end gets here: keep what fits.
+      const auto fit = static_cast<std::size_t>(cache_->capacity() - cache_->size());
+      turn.answer.resize(turn.answer.size() - (tail.size() - fit));
+      tail.resize(fit);
+    }
+    if (!tail.empty()) model_->prefill(tail, *cache_);
+  }
+
+  Llama<Config>* model_;
+  const Tokenizer* tok_;
+  std::unique_ptr<KVCacheBase<Config>> cache_;
+  std::string system_;
+  std::vector<Turn> turns_;
+  TurnStats last_;
+  typename Llama<Config>::Progress progress_;
+};
+
+}  // namespace streamllm
