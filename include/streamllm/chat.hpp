@@ -89,7 +89,7 @@ class ChatSession {
   // cache, so the session stays usable.
   TurnStats ask(std::string_view user, GenerationOptions opt, const TextCallback& on_text) {
     const auto t0 = std::chrono::steady_clock::now();
-    opt.sampling.validate();
+    check_generation<Config>(*tok_, opt);
     const auto logits = prefill_turn(user);
     Turn& turn = turns_.back();
     // A dense cache bounds the answer: it must leave room for the closing EOS.

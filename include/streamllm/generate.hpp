@@ -59,6 +59,16 @@ struct GenerationResult {
 // Receives each piece of text; returns false to stop generation.
 using TextCallback = std::function<bool(std::string_view)>;
 
+// Arguments a generation cannot start with, before anything is computed.
+template <class Config>
+void check_generation(const Tokenizer& tok, const GenerationOptions& opt) {
+  if (opt.max_new_tokens < 0) throw InputError("generate: max_new_tokens must be >= 0");
+  if (tok.vocab_size() != Config::Vocab)
+    throw InputError("generate: tokenizer '" + tok.source() + "' has " + std::to_string(tok.vocab_size()) +
+                     " pieces, the model " + std::to_string(Config::Vocab));
+  opt.sampling.validate();
+}
+
 // Generates from `logits`, the model's output after the caller fed `context`
 // (the tokens so far, for the repetition penalty and the detokeniser) into
 // `cache`. Sessions that prefill a turn themselves call this; `start` is when
@@ -72,10 +82,7 @@ GenerationResult generate_from(Llama<Config>& model, const Tokenizer& tok, KVCac
   const auto seconds = [](Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double>(b - a).count();
   };
-  if (opt.max_new_tokens < 0) throw InputError("generate: max_new_tokens must be >= 0");
-  if (tok.vocab_size() != Config::Vocab)
-    throw InputError("generate: tokenizer '" + tok.source() + "' has " + std::to_string(tok.vocab_size()) +
-                     " pieces, the model " + std::to_string(Config::Vocab));
+  check_generation<Config>(tok, opt);
   Sampler sampler(opt.sampling);
   GenerationResult res;
   res.prompt_tokens = context.size();
@@ -142,7 +149,7 @@ GenerationResult generate(Llama<Config>& model, const Tokenizer& tok, KVCacheBas
                           std::span<const TokenId> prompt, const GenerationOptions& opt,
                           const TextCallback& on_text) {
   const auto t0 = std::chrono::steady_clock::now();
-  opt.sampling.validate();
+  check_generation<Config>(tok, opt);
   const std::span<const float> logits = model.prefill(prompt, cache, opt.on_prefill_progress);
   const double prefill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   GenerationResult res = generate_from(model, tok, cache, logits, prompt, opt, on_text, t0);

@@ -1,6 +1,16 @@
 // y = x W^T for a weight matrix of any supported type: the one dispatch per
-// matrix call. Few tokens take the matrix-vector path (memory-bound); many
-// take the tiled matrix-matrix path (compute-bound).
+// matrix call. Few tokens take the matrix-vector path (memory-bound: read
+// each weight once, at bandwidth); many take the tiled matrix-matrix path
+// (compute-bound).
+//
+//   type        few tokens (decode)                  many tokens (prefill)
+//   F32         f32 FMA (xsimd)                       f32 tiles (xsimd)
+//   F16         widened to f32, FMA                   converted to f32 per block, f32 tiles
+//   BF16        widened to f32, FMA                   bf16 tiles, vdpbf16ps
+//   Q8_0, Q4_0  int8 activations, vpdpbusd            dequantised to bf16 per block, bf16 tiles
+//   Q4_K, Q6_K  dequantised row, f32 dot              dequantised to bf16 per block, bf16 tiles
+// Without AVX-512 BF16/VNNI (or forced to Isa::Portable) every type takes the
+// xsimd paths: f32 FMA over dequantised rows, and f32 tiles.
 #pragma once
 
 #include <Eigen/Core>
@@ -9,15 +19,20 @@
 #include <string>
 
 #include "streamllm/error.hpp"
+#include "streamllm/kernels/activations_q8.hpp"
+#include "streamllm/kernels/cpu_features.hpp"
 #include "streamllm/kernels/gemm.hpp"
 #include "streamllm/kernels/gemv_f32.hpp"
+#include "streamllm/kernels/gemv_typed.hpp"
 #include "streamllm/kernels/threading.hpp"
+#include "streamllm/kernels/x86_avx512.hpp"
+#include "streamllm/quant/blocks.hpp"
 #include "streamllm/tensor.hpp"
 
 namespace streamllm::kernels {
 
 // Up to this many tokens, reading each weight row once for all of them in
-// the matrix-vector kernel beats packing them for the tiled kernel.
+// the matrix-vector kernels beats packing them for the tiled kernels.
 inline constexpr std::size_t kMaxGemvTokens = 4;
 
 inline void gemv_f32(const float* w, std::size_t m, std::size_t k, const float* x, std::size_t ldx,
@@ -32,34 +47,147 @@ inline void gemv_f32(const float* w, std::size_t m, std::size_t k, const float* 
   });
 }
 
-inline void matmul_f32(const float* w, std::size_t m, std::size_t k, const float* x,
-                       std::size_t ldx, std::size_t n, float* y, std::size_t ldy) {
-  if (n <= kMaxGemvTokens) {
-    gemv_f32(w, m, k, x, ldx, n, y, ldy);
-  } else {
-    gemm(F32RowSource{w, k}, m, k, x, ldx, n, y, ldy);
+// Calls f.template operator()<NT>() for NT = n (1..kMaxGemvTokens).
+template <class F>
+inline void with_token_count(std::size_t n, F&& f) {
+  switch (n) {
+    case 1: f.template operator()<1>(); break;
+    case 2: f.template operator()<2>(); break;
+    case 3: f.template operator()<3>(); break;
+    default: f.template operator()<4>(); break;
   }
 }
 
-// y[n][ldy] = x[n][ldx] * W^T, for the first W.rows outputs of each row of y.
-inline void matmul(const TensorView& w, const float* x, std::size_t n, std::size_t ldx, float* y,
-                   std::size_t ldy) {
-  const auto m = static_cast<std::size_t>(w.rows);
-  const auto k = static_cast<std::size_t>(w.cols);
-  if (n == 0) return;
-  switch (w.type) {
-    case DType::F32:
-      return matmul_f32(reinterpret_cast<const float*>(w.data), m, k, x, ldx, n, y, ldy);
-    default:
-      throw Error("matmul: weight type " + std::string(dtype_name(w.type)) +
-                  " has no kernel in this build");
+// Few tokens, any type.
+inline void gemv(const TensorView& w, const float* x, std::size_t n, std::size_t ldx, float* y, std::size_t ldy,
+                 Isa isa) {
+  const auto m = static_cast<std::size_t>(w.rows), k = static_cast<std::size_t>(w.cols);
+  const auto stride = static_cast<std::size_t>(w.row_stride);
+  const std::size_t work = m * k * n;
+  if (w.type == DType::F32) return gemv_f32(reinterpret_cast<const float*>(w.data), m, k, x, ldx, n, y, ldy);
+#ifdef STREAMLLM_HAVE_AVX512_KERNELS
+  if (isa == Isa::Avx512Bf16Vnni) {
+    switch (w.type) {
+      case DType::F16:
+      case DType::BF16:
+        return parallel_ranges(m, 4, work, [&](std::size_t r0, std::size_t r1) {
+          with_token_count(n, [&]<int NT>() {
+            if (w.type == DType::F16)
+              avx512::gemv_rows<avx512::WidenKernel, avx512::F16Row, NT>(r0, r1, w.data, stride, k, x, ldx, y, ldy);
+            else
+              avx512::gemv_rows<avx512::WidenKernel, avx512::BF16Row, NT>(r0, r1, w.data, stride, k, x, ldx, y, ldy);
+          });
+        });
+      case DType::Q8_0:
+      case DType::Q4_0: {
+        static thread_local QuantizedActivations xa;
+        quantize_activations(x, ldx, n, k, xa);
+        const QuantizedActivations* xap = &xa;
+        return parallel_ranges(m, 4, work, [&](std::size_t r0, std::size_t r1) {
+          with_token_count(n, [&]<int NT>() {
+            if (w.type == DType::Q8_0)
+              avx512::gemv_rows<avx512::Int8Kernel, avx512::Q8_0Row, NT>(r0, r1, w.data, stride, xap, y, ldy);
+            else
+              avx512::gemv_rows<avx512::Int8Kernel, avx512::Q4_0Row, NT>(r0, r1, w.data, stride, xap, y, ldy);
+          });
+        });
+      }
+      default: break;
+    }
   }
+#endif
+  if (w.type == DType::Q8_0 || w.type == DType::Q4_0) {
+    static thread_local QuantizedActivations xa;
+    quantize_activations(x, ldx, n, k, xa);
+    // Worker threads must read this thread's activations, not their own
+    // thread_local instance: hand them a pointer.
+    const QuantizedActivations* xap = &xa;
+    return parallel_ranges(m, 4, work, [&](std::size_t r0, std::size_t r1) {
+      if (w.type == DType::Q8_0)
+        portable::gemv_q8_0(w, *xap, n, y, ldy, r0, r1);
+      else
+        portable::gemv_q4_0(w, *xap, n, y, ldy, r0, r1);
+    });
+  }
+  parallel_ranges(m, 4, work, [&](std::size_t r0, std::size_t r1) { portable::gemv_dequant(w, x, ldx, n, y, ldy, r0, r1); });
+}
+
+// Rows of any type converted a block at a time to f32 (the portable tiles).
+struct DequantRowsF32 {
+  const TensorView* w;
+  bool f16_fast;
+  std::pair<const float*, std::size_t> block(std::size_t r0, std::size_t rows, std::size_t k0, std::size_t kc,
+                                             AlignedVector<float>& scratch) const {
+    float* out = grow(scratch, rows * kc);
+    for (std::size_t i = 0; i < rows; ++i) {
+      const std::byte* src = w->row(static_cast<std::int64_t>(r0 + i)) + row_bytes(w->type, static_cast<std::int64_t>(k0));
+#ifdef STREAMLLM_HAVE_AVX512_KERNELS
+      if (f16_fast && w->type == DType::F16) {
+        avx512::f16_to_f32_row(reinterpret_cast<const std::uint16_t*>(src), kc, out + i * kc);
+        continue;
+      }
+#endif
+      quant::dequantize_row(w->type, src, static_cast<std::int64_t>(kc), out + i * kc);
+    }
+    return {out, kc};
+  }
+};
+
+#ifdef STREAMLLM_HAVE_AVX512_KERNELS
+// Rows of any type converted a block at a time to bf16 (the bf16 tiles).
+struct DequantRowsBf16 {
+  const TensorView* w;
+  std::pair<const std::uint16_t*, std::size_t> block(std::size_t r0, std::size_t rows, std::size_t k0,
+                                                     std::size_t kc, AlignedVector<std::uint16_t>& scratch) const {
+    static thread_local AlignedVector<float> tmp;
+    std::uint16_t* out = grow(scratch, rows * kc);
+    float* t = grow(tmp, kc);
+    for (std::size_t i = 0; i < rows; ++i)
+      avx512::dequantize_row_bf16(w->type, w->row(static_cast<std::int64_t>(r0 + i)) + row_bytes(w->type, static_cast<std::int64_t>(k0)),
+                                  kc, out + i * kc, t);
+    return {out, kc};
+  }
+};
+#endif
+
+// Many tokens, any type.
+inline void gemm_typed(const TensorView& w, const float* x, std::size_t n, std::size_t ldx, float* y, std::size_t ldy,
+                       Isa isa) {
+  const auto m = static_cast<std::size_t>(w.rows), k = static_cast<std::size_t>(w.cols);
+  if (w.type == DType::F32) return gemm<GemmF32>(F32RowSource{reinterpret_cast<const float*>(w.data), k}, m, k, x, ldx, n, y, ldy);
+#ifdef STREAMLLM_HAVE_AVX512_KERNELS
+  if (isa == Isa::Avx512Bf16Vnni && w.type != DType::F16 && k % 2 == 0) {
+    if (w.type == DType::BF16)
+      return gemm<avx512::GemmBf16>(InPlaceRows<std::uint16_t>{reinterpret_cast<const std::uint16_t*>(w.data), k}, m, k,
+                                    x, ldx, n, y, ldy);
+    return gemm<avx512::GemmBf16>(DequantRowsBf16{&w}, m, k, x, ldx, n, y, ldy);
+  }
+#endif
+  gemm<GemmF32>(DequantRowsF32{&w, isa == Isa::Avx512Bf16Vnni}, m, k, x, ldx, n, y, ldy);
+}
+
+inline void matmul_f32(const float* w, std::size_t m, std::size_t k, const float* x, std::size_t ldx, std::size_t n,
+                       float* y, std::size_t ldy) {
+  if (n <= kMaxGemvTokens)
+    gemv_f32(w, m, k, x, ldx, n, y, ldy);
+  else
+    gemm<GemmF32>(F32RowSource{w, k}, m, k, x, ldx, n, y, ldy);
+}
+
+// y[n][ldy] = x[n][ldx] * W^T, for the first W.rows outputs of each row of y.
+inline void matmul(const TensorView& w, const float* x, std::size_t n, std::size_t ldx, float* y, std::size_t ldy,
+                   Isa isa = active_isa()) {
+  if (n == 0) return;
+  if (n <= kMaxGemvTokens)
+    gemv(w, x, n, ldx, y, ldy, isa);
+  else
+    gemm_typed(w, x, n, ldx, y, ldy, isa);
 }
 
 namespace scalar {
 // The oracle: Eigen's product over the same memory, in double.
-inline void matmul_f32(const float* w, std::size_t m, std::size_t k, const float* x,
-                       std::size_t ldx, std::size_t n, float* y, std::size_t ldy) {
+inline void matmul_f32(const float* w, std::size_t m, std::size_t k, const float* x, std::size_t ldx,
+                       std::size_t n, float* y, std::size_t ldy) {
   using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   const Eigen::Map<const RowMajor> W(w, static_cast<Eigen::Index>(m), static_cast<Eigen::Index>(k));
   const Eigen::Map<const RowMajor, 0, Eigen::OuterStride<>> X(
@@ -69,6 +197,13 @@ inline void matmul_f32(const float* w, std::size_t m, std::size_t k, const float
                                                    static_cast<Eigen::Index>(m),
                                                    Eigen::OuterStride<>(static_cast<Eigen::Index>(ldy)));
   Y = (X.cast<double>() * W.cast<double>().transpose()).cast<float>();
+}
+
+// Any type: rows dequantised exactly, then the f32 oracle.
+inline void matmul(const TensorView& w, const float* x, std::size_t n, std::size_t ldx, float* y, std::size_t ldy) {
+  std::vector<float> dense(static_cast<std::size_t>(w.rows * w.cols));
+  for (std::int64_t r = 0; r < w.rows; ++r) quant::dequantize_row(w.type, w.row(r), w.cols, dense.data() + r * w.cols);
+  matmul_f32(dense.data(), static_cast<std::size_t>(w.rows), static_cast<std::size_t>(w.cols), x, ldx, n, y, ldy);
 }
 }  // namespace scalar
 

@@ -1,0 +1,55 @@
+// What this CPU can run, read once per process (CPUID and the OS's saved
+// register state). Kernels that need more than the build's baseline are
+// chosen here, at one place; tests may force a path to compare it with the rest.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+namespace streamllm::kernels {
+
+struct CpuFeatures {
+  bool avx512 = false;       // F + BW + VL + DQ, with the OS saving ZMM state
+  bool avx512_vnni = false;  // vpdpbusd
+  bool avx512_bf16 = false;  // vdpbf16ps
+  bool f16c = false;
+};
+
+inline CpuFeatures detect_cpu_features() {
+  CpuFeatures f;
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const bool osxsave = (c >> 27) & 1;
+  f.f16c = (c >> 29) & 1;
+  if (!osxsave) return f;
+  unsigned xlo, xhi;
+  __asm__("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+  const bool zmm_state = (xlo & 0xE6) == 0xE6;  // SSE, AVX, opmask, ZMM0-15 high, ZMM16-31
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return f;
+  const bool avx512f = (b >> 16) & 1, avx512dq = (b >> 17) & 1, avx512bw = (b >> 30) & 1, avx512vl = (b >> 31) & 1;
+  f.avx512 = zmm_state && avx512f && avx512dq && avx512bw && avx512vl;
+  f.avx512_vnni = f.avx512 && ((c >> 11) & 1);
+  if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avx512_bf16 = f.avx512 && ((a >> 5) & 1);
+#endif
+  return f;
+}
+
+// The kernel families, fastest first.
+enum class Isa { Avx512Bf16Vnni, Portable };
+
+inline const char* to_string(Isa isa) { return isa == Isa::Avx512Bf16Vnni ? "avx512-bf16-vnni" : "portable (xsimd)"; }
+
+// The path the typed kernels take: the best this CPU has, unless a test forced one.
+inline Isa& active_isa() {
+  static Isa isa = [] {
+    const CpuFeatures f = detect_cpu_features();
+    return f.avx512 && f.avx512_vnni && f.avx512_bf16 && f.f16c ? Isa::Avx512Bf16Vnni : Isa::Portable;
+  }();
+  return isa;
+}
+
+}  // namespace streamllm::kernels

@@ -1,0 +1,288 @@
+// The quantised block layouts of GGUF (ggml-common.h), byte for byte, with a
+// plain dequantiser per type (the oracle of every fast kernel) and our own
+// quantisers, which write blocks any GGUF reader decodes.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "streamllm/dtype.hpp"
+
+namespace streamllm::quant {
+
+inline constexpr int kQK = 32;    // elements per Q8_0 / Q4_0 block
+inline constexpr int kQKK = 256;  // elements per K-quant super-block
+
+#pragma pack(push, 1)
+struct BlockQ8_0 {     // x = d * q
+  std::uint16_t d;     // fp16
+  std::int8_t qs[kQK];
+};
+struct BlockQ4_0 {     // x = d * (q - 8); element j in the low nibble of qs[j], j+16 in the high one
+  std::uint16_t d;
+  std::uint8_t qs[kQK / 2];
+};
+struct BlockQ4K {      // 8 sub-blocks of 32: x = d * sc * q - dmin * m, 6-bit sc and m
+  std::uint16_t d, dmin;
+  std::uint8_t scales[12];
+  std::uint8_t qs[kQKK / 2];
+};
+struct BlockQ6K {      // 16 sub-blocks of 16: x = d * sc * (q - 32), 8-bit sc, 6-bit q
+  std::uint8_t ql[kQKK / 2];
+  std::uint8_t qh[kQKK / 4];
+  std::int8_t scales[kQKK / 16];
+  std::uint16_t d;
+};
+#pragma pack(pop)
+
+static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18);
+static_assert(sizeof(BlockQ4K) == 144 && sizeof(BlockQ6K) == 210);
+
+// ---- dequantisation (reference) --------------------------------------------
+
+inline void dequantize(const BlockQ8_0& b, float* y) {
+  const float d = f16_to_f32(b.d);
+  for (int j = 0; j < kQK; ++j) y[j] = d * static_cast<float>(b.qs[j]);
+}
+
+inline void dequantize(const BlockQ4_0& b, float* y) {
+  const float d = f16_to_f32(b.d);
+  for (int j = 0; j < kQK / 2; ++j) {
+    y[j] = d * static_cast<float>((b.qs[j] & 0x0F) - 8);
+    y[j + kQK / 2] = d * static_cast<float>((b.qs[j] >> 4) - 8);
+  }
+}
+
+// The 6-bit scale and min of sub-block j of a Q4_K block.
+inline void q4k_scale_min(int j, const std::uint8_t* s, std::uint8_t& sc, std::uint8_t& m) {
+  if (j < 4) {
+    sc = s[j] & 63;
+    m = s[j + 4] & 63;
+  } else {
+    sc = static_cast<std::uint8_t>((s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4));
+    m = static_cast<std::uint8_t>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+  }
+}
+
+inline void dequantize(const BlockQ4K& b, float* y) {
+  const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
+  const std::uint8_t* q = b.qs;
+  for (int j = 0; j < kQKK; j += 64, q += 32) {
+    std::uint8_t sc, m;
+    q4k_scale_min(j / 32, b.scales, sc, m);
+    const float d1 = d * sc, m1 = dmin * m;
+    q4k_scale_min(j / 32 + 1, b.scales, sc, m);
+    const float d2 = d * sc, m2 = dmin * m;
+    for (int l = 0; l < 32; ++l) y[j + l] = d1 * static_cast<float>(q[l] & 0x0F) - m1;
+    for (int l = 0; l < 32; ++l) y[j + 32 + l] = d2 * static_cast<float>(q[l] >> 4) - m2;
+  }
+}
+
+inline void dequantize(const BlockQ6K& b, float* y) {
+  const float d = f16_to_f32(b.d);
+  const std::uint8_t* ql = b.ql;
+  const std::uint8_t* qh = b.qh;
+  const std::int8_t* sc = b.scales;
+  for (int n = 0; n < kQKK; n += 128, ql += 64, qh += 32, sc += 8) {
+    for (int l = 0; l < 32; ++l) {
+      const int is = l / 16;
+      const int q1 = ((ql[l] & 0x0F) | (((qh[l] >> 0) & 3) << 4)) - 32;
+      const int q2 = ((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32;
+      const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+      const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+      y[n + l] = d * sc[is] * static_cast<float>(q1);
+      y[n + l + 32] = d * sc[is + 2] * static_cast<float>(q2);
+      y[n + l + 64] = d * sc[is + 4] * static_cast<float>(q3);
+      y[n + l + 96] = d * sc[is + 6] * static_cast<float>(q4);
+    }
+  }
+}
+
+// One row of `cols` elements of any type to f32.
+inline void dequantize_row(DType t, const std::byte* src, std::int64_t cols, float* y) {
+  switch (t) {
+    case DType::F32:
+      std::memcpy(y, src, static_cast<std::size_t>(cols) * sizeof(float));
+      return;
+    case DType::F16:
+      for (std::int64_t i = 0; i < cols; ++i) {
+        std::uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        y[i] = f16_to_f32(h);
+      }
+      return;
+    case DType::BF16:
+      for (std::int64_t i = 0; i < cols; ++i) {
+        std::uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        y[i] = bf16_to_f32(h);
+      }
+      return;
+    case DType::Q8_0:
+      for (std::int64_t b = 0; b < cols / kQK; ++b) dequantize(reinterpret_cast<const BlockQ8_0*>(src)[b], y + b * kQK);
+      return;
+    case DType::Q4_0:
+      for (std::int64_t b = 0; b < cols / kQK; ++b) dequantize(reinterpret_cast<const BlockQ4_0*>(src)[b], y + b * kQK);
+      return;
+    case DType::Q4_K:
+      for (std::int64_t b = 0; b < cols / kQKK; ++b) dequantize(reinterpret_cast<const BlockQ4K*>(src)[b], y + b * kQKK);
+      return;
+    case DType::Q6_K:
+      for (std::int64_t b = 0; b < cols / kQKK; ++b) dequantize(reinterpret_cast<const BlockQ6K*>(src)[b], y + b * kQKK);
+      return;
+  }
+}
+
+// ---- quantisation (ours) ----------------------------------------------------
+
+inline int nearest_int(float x) { return static_cast<int>(std::lround(x)); }
+
+// Symmetric 8-bit: d = max|x| / 127.
+inline void quantize(const float* x, BlockQ8_0& b) {
+  float amax = 0;
+  for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::abs(x[j]));
+  const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+  b.d = f32_to_f16(d);
+  for (int j = 0; j < kQK; ++j) b.qs[j] = static_cast<std::int8_t>(std::clamp(nearest_int(x[j] * id), -127, 127));
+}
+
+// 4-bit with the largest-magnitude value mapped to -8 exactly, so its sign
+// gets the extra level.
+inline void quantize(const float* x, BlockQ4_0& b) {
+  float amax = 0, max = 0;
+  for (int j = 0; j < kQK; ++j)
+    if (std::abs(x[j]) > amax) {
+      amax = std::abs(x[j]);
+      max = x[j];
+    }
+  const float d = max / -8.0f, id = d != 0 ? 1.0f / d : 0.0f;
+  b.d = f32_to_f16(d);
+  for (int j = 0; j < kQK / 2; ++j) {
+    const int lo = std::clamp(static_cast<int>(x[j] * id + 8.5f), 0, 15);
+    const int hi = std::clamp(static_cast<int>(x[j + kQK / 2] * id + 8.5f), 0, 15);
+    b.qs[j] = static_cast<std::uint8_t>(lo | (hi << 4));
+  }
+}
+
+// Q4_K: per sub-block of 32 an affine 4-bit grid [min, max]; the 8 scales and
+// 8 mins are then quantised to 6 bits against the super-block's largest.
+inline void quantize(const float* x, BlockQ4K& b) {
+  float scale[8], minv[8], max_scale = 0, max_min = 0;
+  for (int s = 0; s < 8; ++s) {
+    const float* v = x + 32 * s;
+    const float lo = std::min(0.0f, *std::min_element(v, v + 32));
+    const float hi = *std::max_element(v, v + 32);
+    scale[s] = (hi - lo) / 15.0f;
+    minv[s] = -lo;
+    max_scale = std::max(max_scale, scale[s]);
+    max_min = std::max(max_min, minv[s]);
+  }
+  const float d = max_scale / 63.0f, dmin = max_min / 63.0f;
+  std::uint8_t ls[8], lm[8];
+  for (int s = 0; s < 8; ++s) {
+    ls[s] = static_cast<std::uint8_t>(d > 0 ? std::clamp(nearest_int(scale[s] / d), 0, 63) : 0);
+    lm[s] = static_cast<std::uint8_t>(dmin > 0 ? std::clamp(nearest_int(minv[s] / dmin), 0, 63) : 0);
+  }
+  b.d = f32_to_f16(d);
+  b.dmin = f32_to_f16(dmin);
+  std::memset(b.scales, 0, sizeof b.scales);
+  for (int j = 0; j < 8; ++j) {
+    if (j < 4) {
+      b.scales[j] = ls[j];
+      b.scales[j + 4] = lm[j];
+    } else {
+      b.scales[j + 4] = static_cast<std::uint8_t>((ls[j] & 0x0F) | ((lm[j] & 0x0F) << 4));
+      b.scales[j - 4] |= static_cast<std::uint8_t>((ls[j] >> 4) << 6);
+      b.scales[j] |= static_cast<std::uint8_t>((lm[j] >> 4) << 6);
+    }
+  }
+  // Quantise against the scales as the decoder will see them.
+  const float df = f16_to_f32(b.d), mf = f16_to_f32(b.dmin);
+  std::uint8_t q[kQKK];
+  for (int s = 0; s < 8; ++s) {
+    std::uint8_t sc, m;
+    q4k_scale_min(s, b.scales, sc, m);
+    const float ds = df * sc, ms = mf * m;
+    for (int l = 0; l < 32; ++l)
+      q[32 * s + l] = static_cast<std::uint8_t>(ds > 0 ? std::clamp(nearest_int((x[32 * s + l] + ms) / ds), 0, 15) : 0);
+  }
+  for (int j = 0; j < kQKK; j += 64)
+    for (int l = 0; l < 32; ++l) b.qs[j / 2 + l] = static_cast<std::uint8_t>(q[j + l] | (q[j + 32 + l] << 4));
+}
+
+// Q6_K: per sub-block of 16 a symmetric 6-bit grid, its scale quantised to
+// int8 against the super-block's largest.
+inline void quantize(const float* x, BlockQ6K& b) {
+  float scale[16], max_abs_scale = 0, max_scale = 0;
+  for (int s = 0; s < 16; ++s) {
+    float amax = 0, max = 0;
+    for (int l = 0; l < 16; ++l)
+      if (std::abs(x[16 * s + l]) > amax) {
+        amax = std::abs(x[16 * s + l]);
+        max = x[16 * s + l];
+      }
+    scale[s] = max / -32.0f;
+    if (std::abs(scale[s]) > max_abs_scale) {
+      max_abs_scale = std::abs(scale[s]);
+      max_scale = scale[s];
+    }
+  }
+  const float iscale = max_scale != 0 ? -128.0f / max_scale : 0.0f;
+  b.d = f32_to_f16(max_scale != 0 ? 1.0f / iscale : 0.0f);
+  const float d = f16_to_f32(b.d);
+  std::uint8_t q[kQKK];
+  for (int s = 0; s < 16; ++s) {
+    b.scales[s] = static_cast<std::int8_t>(std::clamp(nearest_int(iscale * scale[s]), -128, 127));
+    const float ds = d * b.scales[s];
+    for (int l = 0; l < 16; ++l)
+      q[16 * s + l] = static_cast<std::uint8_t>(ds != 0 ? std::clamp(nearest_int(x[16 * s + l] / ds), -32, 31) + 32 : 32);
+  }
+  for (int n = 0; n < kQKK; n += 128) {
+    std::uint8_t* ql = b.ql + n / 2;
+    std::uint8_t* qh = b.qh + n / 4;
+    for (int l = 0; l < 32; ++l) {
+      const std::uint8_t q1 = q[n + l], q2 = q[n + l + 32], q3 = q[n + l + 64], q4 = q[n + l + 96];
+      ql[l] = static_cast<std::uint8_t>((q1 & 0x0F) | ((q3 & 0x0F) << 4));
+      ql[l + 32] = static_cast<std::uint8_t>((q2 & 0x0F) | ((q4 & 0x0F) << 4));
+      qh[l] = static_cast<std::uint8_t>((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
+    }
+  }
+}
+
+// One row of `cols` f32 values to any type (cols a multiple of its block).
+inline void quantize_row(DType t, const float* x, std::int64_t cols, std::byte* dst) {
+  switch (t) {
+    case DType::F32:
+      std::memcpy(dst, x, static_cast<std::size_t>(cols) * sizeof(float));
+      return;
+    case DType::F16:
+      for (std::int64_t i = 0; i < cols; ++i) {
+        const std::uint16_t h = f32_to_f16(x[i]);
+        std::memcpy(dst + 2 * i, &h, 2);
+      }
+      return;
+    case DType::BF16:
+      for (std::int64_t i = 0; i < cols; ++i) {
+        const std::uint16_t h = f32_to_bf16(x[i]);
+        std::memcpy(dst + 2 * i, &h, 2);
+      }
+      return;
+    case DType::Q8_0:
+      for (std::int64_t b = 0; b < cols / kQK; ++b) quantize(x + b * kQK, reinterpret_cast<BlockQ8_0*>(dst)[b]);
+      return;
+    case DType::Q4_0:
+      for (std::int64_t b = 0; b < cols / kQK; ++b) quantize(x + b * kQK, reinterpret_cast<BlockQ4_0*>(dst)[b]);
+      return;
+    case DType::Q4_K:
+      for (std::int64_t b = 0; b < cols / kQKK; ++b) quantize(x + b * kQKK, reinterpret_cast<BlockQ4K*>(dst)[b]);
+      return;
+    case DType::Q6_K:
+      for (std::int64_t b = 0; b < cols / kQKK; ++b) quantize(x + b * kQKK, reinterpret_cast<BlockQ6K*>(dst)[b]);
+      return;
+  }
+}
+
+}  // namespace streamllm::quant

@@ -1,0 +1,146 @@
+// Weight types: conversions, quantisers, and every typed matrix kernel (AVX-512
+// and portable) against the exact oracle (rows dequantised, product in double).
+#include <immintrin.h>
+
+#include <random>
+
+#include "common.hpp"
+#include "streamllm/kernels/matmul.hpp"
+#include "streamllm/quant/blocks.hpp"
+
+using namespace streamllm;
+namespace k = streamllm::kernels;
+
+namespace {
+
+std::vector<float> normal(std::size_t n, std::uint32_t seed, float std = 1.0f) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d(0.0f, std);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(gen);
+  return v;
+}
+
+// A matrix quantised row by row, and the view kernels take.
+struct Matrix {
+  std::vector<std::byte> bytes;
+  TensorView view;
+  Matrix(DType t, const std::vector<float>& w, std::int64_t rows, std::int64_t cols)
+      : bytes(static_cast<std::size_t>(row_bytes(t, cols) * rows)) {
+    for (std::int64_t r = 0; r < rows; ++r)
+      quant::quantize_row(t, w.data() + r * cols, cols, bytes.data() + r * row_bytes(t, cols));
+    view = TensorView::dense(t, bytes.data(), rows, cols);
+  }
+};
+
+const DType kTypes[] = {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K};
+
+bool has_fast_path() { return k::detect_cpu_features().avx512_bf16 && k::detect_cpu_features().avx512_vnni; }
+
+}  // namespace
+
+TEST_CASE("half floats convert exactly both ways, as the CPU's F16C does", "[quant]") {
+  for (std::uint32_t h = 0; h < 65536; ++h) {
+    const float f = f16_to_f32(static_cast<std::uint16_t>(h));
+    if (std::isnan(f)) continue;
+    REQUIRE(f32_to_f16(f) == h);
+    if (k::detect_cpu_features().f16c) REQUIRE(std::bit_cast<std::uint32_t>(_cvtsh_ss(static_cast<unsigned short>(h))) == std::bit_cast<std::uint32_t>(f));
+  }
+  if (k::detect_cpu_features().f16c) {
+    const auto v = normal(100000, 1, 30000.0f);
+    for (float f : v) REQUIRE(f32_to_f16(f) == _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
+    for (float f : {1e-8f, 6.1e-5f, 65504.0f, 65520.0f, -0.0f, 3e-7f, 2.98e-8f}) REQUIRE(f32_to_f16(f) == _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
+  }
+}
+
+TEST_CASE("bfloat16 rounds to nearest even and widens exactly", "[quant]") {
+  REQUIRE(f32_to_bf16(1.0f) == 0x3F80);
+  REQUIRE(bf16_to_f32(f32_to_bf16(std::bit_cast<float>(0x3F808000u))) == std::bit_cast<float>(0x3F800000u));  // tie to even
+  REQUIRE(bf16_to_f32(f32_to_bf16(std::bit_cast<float>(0x3F818000u))) == std::bit_cast<float>(0x3F820000u));
+  for (float f : normal(10000, 2)) REQUIRE(std::abs(bf16_to_f32(f32_to_bf16(f)) - f) <= std::abs(f) * 0x1p-8f);
+}
+
+TEST_CASE("each quantiser's round trip stays within its format's step", "[quant]") {
+  const std::int64_t cols = 512;
+  const auto w = normal(static_cast<std::size_t>(cols) * 8, 3);
+  // Worst error per element relative to the largest magnitude of its block.
+  const std::pair<DType, float> bounds[] = {{DType::F16, 1e-3f}, {DType::BF16, 4e-3f}, {DType::Q8_0, 1.0f / 127},
+                                            {DType::Q4_0, 1.0f / 8}, {DType::Q4_K, 0.15f}, {DType::Q6_K, 1.0f / 16}};
+  for (const auto& [t, bound] : bounds) {
+    const Matrix m(t, w, 8, cols);
+    std::vector<float> back(static_cast<std::size_t>(cols));
+    for (std::int64_t r = 0; r < 8; ++r) {
+      quant::dequantize_row(t, m.view.row(r), cols, back.data());
+      for (std::int64_t b = 0; b < cols; b += 32) {
+        float amax = 0;
+        for (int j = 0; j < 32; ++j) amax = std::max(amax, std::abs(w[static_cast<std::size_t>(r * cols + b + j)]));
+        for (int j = 0; j < 32; ++j) {
+          INFO(dtype_name(t) << " row " << r << " element " << b + j);
+          REQUIRE(std::abs(back[static_cast<std::size_t>(b + j)] - w[static_cast<std::size_t>(r * cols + b + j)]) <= bound * amax + 1e-6f);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("typed matrix kernels equal the exact product, on both paths and every token count", "[quant][kernels]") {
+  // rows odd (partial row groups and tiles), k with an odd number of 32-blocks
+  // where the type allows it (the int8 kernels' tail).
+  for (DType t : kTypes) {
+    const std::int64_t block = traits(t).block_elems == 256 ? 256 : 32;
+    for (std::int64_t cols : {block * 3, std::int64_t(1024 + (block == 32 ? 96 : 256))}) {
+      const std::int64_t rows = 37;
+      const Matrix m(t, normal(static_cast<std::size_t>(rows * cols), 4, 0.05f), rows, cols);
+      for (std::size_t n : {1, 2, 3, 4, 5, 33, 70}) {
+        const std::size_t ldx = static_cast<std::size_t>(cols) + 5, ldy = static_cast<std::size_t>(rows) + 3;
+        const auto x = normal(n * ldx, 5);
+        std::vector<float> want(n * ldy), bound(n * ldy);
+        k::scalar::matmul(m.view, x.data(), n, ldx, want.data(), ldy);
+        // The error budget of each output: int8 activations (gemv of Q8_0 /
+        // Q4_0) and bf16 tiles (gemm) round each term by ~2^-8 relative.
+        for (std::size_t j = 0; j < n; ++j)
+          for (std::int64_t r = 0; r < rows; ++r) {
+            std::vector<float> row(static_cast<std::size_t>(cols));
+            quant::dequantize_row(t, m.view.row(r), cols, row.data());
+            double s = 0;
+            for (std::int64_t c = 0; c < cols; ++c) s += std::abs(double(row[static_cast<std::size_t>(c)]) * x[j * ldx + static_cast<std::size_t>(c)]);
+            bound[j * ldy + static_cast<std::size_t>(r)] = static_cast<float>(s);
+          }
+        for (k::Isa isa : {k::Isa::Avx512Bf16Vnni, k::Isa::Portable}) {
+          if (isa == k::Isa::Avx512Bf16Vnni && !has_fast_path()) continue;
+          std::vector<float> got(n * ldy, 0.0f);
+          k::matmul(m.view, x.data(), n, ldx, got.data(), ldy, isa);
+          const bool int8_acts = n <= k::kMaxGemvTokens && (t == DType::Q8_0 || t == DType::Q4_0);
+          const bool bf16_tiles = n > k::kMaxGemvTokens && isa == k::Isa::Avx512Bf16Vnni && t != DType::F16;
+          const float rel = int8_acts ? 0x1p-6f : bf16_tiles ? 0x1p-7f : 1e-5f;
+          for (std::size_t j = 0; j < n; ++j)
+            for (std::int64_t r = 0; r < rows; ++r) {
+              const std::size_t i = j * ldy + static_cast<std::size_t>(r);
+              INFO(dtype_name(t) << " cols " << cols << " n " << n << " isa " << k::to_string(isa) << " row " << r << " token " << j);
+              REQUIRE(std::abs(got[i] - want[i]) <= rel * bound[i] + 1e-6f);
+            }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("the VNNI kernels equal their portable twins, which do the same integer arithmetic", "[quant][kernels]") {
+  if (!has_fast_path()) SUCCEED("no AVX-512 VNNI here: the portable path is the only one");
+  for (DType t : {DType::Q8_0, DType::Q4_0}) {
+    for (std::int64_t cols : {32, 96, 2048}) {
+      const std::int64_t rows = 9;
+      const Matrix m(t, normal(static_cast<std::size_t>(rows * cols), 6, 0.05f), rows, cols);
+      for (std::size_t n = 1; n <= k::kMaxGemvTokens; ++n) {
+        const auto x = normal(n * static_cast<std::size_t>(cols), 7);
+        std::vector<float> fast(n * static_cast<std::size_t>(rows)), twin(fast.size());
+        k::matmul(m.view, x.data(), n, static_cast<std::size_t>(cols), fast.data(), static_cast<std::size_t>(rows), k::Isa::Avx512Bf16Vnni);
+        k::matmul(m.view, x.data(), n, static_cast<std::size_t>(cols), twin.data(), static_cast<std::size_t>(rows), k::Isa::Portable);
+        for (std::size_t i = 0; i < fast.size(); ++i) {
+          INFO(dtype_name(t) << " cols " << cols << " n " << n << " output " << i);
+          REQUIRE(fast[i] == Approx(twin[i]).epsilon(1e-5).margin(1e-5));
+        }
+      }
+    }
+  }
+}
