@@ -13,7 +13,7 @@ name="build-test"
 args=(-DCMAKE_BUILD_TYPE=Release -DSTREAMLLM_BUILD_BENCHMARKS=OFF)
 if [ "$sanitize" = 1 ]; then
   name="build-asan"
-  args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTREAMLLM_SANITIZE=ON -DSTREAMLLM_BUILD_BENCHMARKS=OFF
+  args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTREAMLLM_SANITIZE=ON -DSTREAMLLM_BUILD_FUZZERS=ON -DSTREAMLLM_BUILD_BENCHMARKS=OFF
         -DCMAKE_CXX_COMPILER=clang++)
 fi
 if [ "$native" = 0 ]; then

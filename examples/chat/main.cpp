@@ -52,7 +52,7 @@ void print_stats(const streamllm::ChatSession<Config>& chat) {
 template <class Config>
 int run(const Options& o) {
   const bool terminal = ::isatty(STDIN_FILENO);
-  const streamllm::Tokenizer tok(o.tokenizer);
+  const auto tok = streamllm::Tokenizer::load(o.tokenizer);
   {
     const streamllm::io::MappedFile file(o.model);
     if (file.size() > (std::size_t(64) << 20))
@@ -119,8 +119,8 @@ int run(const Options& o) {
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"Chat with a Llama 2 model; the answer streams as it is generated. Commands: /reset, /stats, /quit."};
-  app.add_option("-m,--model", o.model, "model file (llama2.c .bin)")->capture_default_str();
-  app.add_option("-z,--tokenizer", o.tokenizer, "SentencePiece .model (default: from the data folder, by vocabulary size)");
+  app.add_option("-m,--model", o.model, "model file (llama2.c .bin or GGUF)")->capture_default_str();
+  app.add_option("-z,--tokenizer", o.tokenizer, "SentencePiece .model or GGUF (default: the GGUF model's own; for .bin, from the data folder by vocabulary size)");
   app.add_option("--system", o.system, "system prompt");
   app.add_option("-t,--temperature", o.temperature, "0 = greedy")->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("-p,--top-p", o.top_p, "nucleus sampling mass")->capture_default_str()->check(CLI::Range(0.0f, 1.0f));
@@ -135,9 +135,10 @@ int main(int argc, char** argv) {
   try {
     if (o.model.empty()) throw streamllm::Error("no --model given and no data folder found (set STREAMLLM_DATA_DIR)");
     examples::set_threads(o.threads);
-    const streamllm::ModelShape shape = streamllm::read_model_shape(o.model);
-    if (o.tokenizer.empty()) o.tokenizer = examples::default_tokenizer(static_cast<long>(shape.vocab));
-    return streamllm::with_preset(shape, [&](auto config) { return run<decltype(config)>(o); });
+    const auto info = streamllm::read_model_info(o.model);
+    if (o.tokenizer.empty()) o.tokenizer = examples::default_tokenizer(o.model, info);
+    return streamllm::with_preset(info.shape, [&](auto config) { return run<decltype(config)>(o); },
+                                  info.format == streamllm::ModelFormat::Llama2c);
   } catch (const streamllm::Error& e) {
     std::fprintf(stderr, "chat: %s\n", e.what());
     return 1;

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <string>
 
+#include "streamllm/io/model_file.hpp"
+
 namespace examples {
 
 // $STREAMLLM_DATA_DIR, else the folder CMake found (../shared), else "".
@@ -20,11 +22,13 @@ inline std::string default_model() {
   return dir.empty() ? std::string() : (dir / "models" / "stories260K.bin").string();
 }
 
-// The SentencePiece model that goes with a vocabulary size, from the data folder.
-inline std::string default_tokenizer(long vocab) {
+// A GGUF model carries its tokenizer; a llama2.c one gets the SentencePiece
+// model of its vocabulary size from the data folder.
+inline std::string default_tokenizer(const std::string& model, const streamllm::ModelFileInfo& info) {
+  if (info.format == streamllm::ModelFormat::Gguf) return model;
   const auto dir = data_dir();
   if (dir.empty()) return {};
-  return (dir / "models" / (vocab == 512 ? "tok512.model" : "tokenizer.model")).string();
+  return (dir / "models" / (info.shape.vocab == 512 ? "tok512.model" : "tokenizer.model")).string();
 }
 
 inline void set_threads(int threads) {

@@ -26,7 +26,7 @@ struct Options {
 
 template <class Config>
 int run(const Options& o) {
-  const streamllm::Tokenizer tok(o.tokenizer);
+  const auto tok = streamllm::Tokenizer::load(o.tokenizer);
   auto model = streamllm::load_llama<Config>(o.model);
   auto cache = std::make_unique<streamllm::KVCache<Config>>();
 
@@ -62,8 +62,8 @@ int run(const Options& o) {
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"Stream a continuation of a prompt from a Llama 2 checkpoint (llama2.c .bin)."};
-  app.add_option("-m,--model", o.model, "model file (llama2.c .bin)")->capture_default_str();
-  app.add_option("-z,--tokenizer", o.tokenizer, "SentencePiece .model (default: from the data folder, by vocabulary size)");
+  app.add_option("-m,--model", o.model, "model file (llama2.c .bin or GGUF)")->capture_default_str();
+  app.add_option("-z,--tokenizer", o.tokenizer, "SentencePiece .model or GGUF (default: the GGUF model's own; for .bin, from the data folder by vocabulary size)");
   app.add_option("-i,--prompt", o.prompt, "prompt text")->capture_default_str();
   app.add_option("-n,--tokens", o.tokens, "tokens to generate at most")->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("-t,--temperature", o.temperature, "0 = greedy")->capture_default_str()->check(CLI::NonNegativeNumber);
@@ -77,9 +77,10 @@ int main(int argc, char** argv) {
   try {
     if (o.model.empty()) throw streamllm::Error("no --model given and no data folder found (set STREAMLLM_DATA_DIR)");
     examples::set_threads(o.threads);
-    const streamllm::ModelShape shape = streamllm::read_model_shape(o.model);
-    if (o.tokenizer.empty()) o.tokenizer = examples::default_tokenizer(static_cast<long>(shape.vocab));
-    return streamllm::with_preset(shape, [&](auto config) { return run<decltype(config)>(o); });
+    const auto info = streamllm::read_model_info(o.model);
+    if (o.tokenizer.empty()) o.tokenizer = examples::default_tokenizer(o.model, info);
+    return streamllm::with_preset(info.shape, [&](auto config) { return run<decltype(config)>(o); },
+                                  info.format == streamllm::ModelFormat::Llama2c);
   } catch (const streamllm::Error& e) {
     std::fprintf(stderr, "generate: %s\n", e.what());
     return 1;

@@ -103,7 +103,7 @@ ModeResult score(streamllm::Llama<Config>& model, streamllm::KVCacheBase<Config>
 
 template <class Config>
 int run(const Options& o) {
-  const streamllm::Tokenizer tok(o.tokenizer);
+  const auto tok = streamllm::Tokenizer::load(o.tokenizer);
   auto model = streamllm::load_llama<Config>(o.model);
   model.set_max_chunk(static_cast<std::size_t>(o.chunk));
   const std::vector<streamllm::TokenId> ids = tok.encode(read_text(o.text), true);
@@ -169,8 +169,8 @@ int run(const Options& o) {
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"Teacher-forced perplexity of a long text under dense, window-only and sink+window caches."};
-  app.add_option("-m,--model", o.model, "model file (llama2.c .bin)")->capture_default_str();
-  app.add_option("-z,--tokenizer", o.tokenizer, "SentencePiece .model (default: from the data folder, by vocabulary size)");
+  app.add_option("-m,--model", o.model, "model file (llama2.c .bin or GGUF)")->capture_default_str();
+  app.add_option("-z,--tokenizer", o.tokenizer, "SentencePiece .model or GGUF (default: the GGUF model's own; for .bin, from the data folder by vocabulary size)");
   app.add_option("--text", o.text, "text file (a UTF-8 BOM is dropped, CRLF becomes LF)")->required();
   app.add_option("--csv", o.csv, "write the per-block figures here");
   app.add_option("--cache", o.cache, "positions of the window-only and sink+window caches")->capture_default_str()->check(CLI::PositiveNumber);
@@ -184,9 +184,10 @@ int main(int argc, char** argv) {
   try {
     if (o.sinks >= o.cache) throw streamllm::InputError("--sinks must be smaller than --cache");
     examples::set_threads(o.threads);
-    const streamllm::ModelShape shape = streamllm::read_model_shape(o.model);
-    if (o.tokenizer.empty()) o.tokenizer = examples::default_tokenizer(static_cast<long>(shape.vocab));
-    return streamllm::with_preset(shape, [&](auto config) { return run<decltype(config)>(o); });
+    const auto info = streamllm::read_model_info(o.model);
+    if (o.tokenizer.empty()) o.tokenizer = examples::default_tokenizer(o.model, info);
+    return streamllm::with_preset(info.shape, [&](auto config) { return run<decltype(config)>(o); },
+                                  info.format == streamllm::ModelFormat::Llama2c);
   } catch (const streamllm::Error& e) {
     std::fprintf(stderr, "perplexity: %s\n", e.what());
     return 1;

@@ -6,6 +6,7 @@
 #include <sentencepiece_processor.h>
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <string>
@@ -14,6 +15,8 @@
 
 #include "streamllm/config.hpp"
 #include "streamllm/error.hpp"
+#include "streamllm/io/gguf.hpp"
+#include "streamllm/io/sentencepiece_model.hpp"
 
 namespace streamllm {
 
@@ -38,6 +41,21 @@ class Tokenizer {
     if (!st.ok()) throw FileError(t.source_, std::string("cannot build SentencePiece model: ") + st.ToString());
     t.index();
     return t;
+  }
+
+  // The tokenizer a GGUF file carries in its tokenizer.ggml.* metadata: a
+  // GGUF file alone is enough.
+  static Tokenizer from_gguf(const io::GgufFile& f) {
+    return from_serialized(io::SentencePieceModel::from_gguf(f).serialize(), f.path());
+  }
+
+  // A SentencePiece .model file, or a GGUF file (told by its magic).
+  static Tokenizer load(const std::string& path) {
+    {
+      const io::MappedFile m(path);
+      if (m.size() < 4 || std::memcmp(m.data(), "GGUF", 4) != 0) return Tokenizer(path);
+    }
+    return from_gguf(io::GgufFile(path));
   }
 
   int vocab_size() const { return static_cast<int>(kinds_.size()); }

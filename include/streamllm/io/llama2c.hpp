@@ -109,6 +109,48 @@ ModelWeights<Config> load_llama2c(const std::string& path) {
   return w;
 }
 
+// The tensors of a checkpoint of any shape, with GGUF's names and dimension
+// order (ne0, the row length, first): what the converter writes.
+struct Llama2cTensor {
+  std::string name;
+  std::vector<std::int64_t> dims;
+  const float* data;
+};
+
+inline std::vector<Llama2cTensor> llama2c_tensors(const MappedFile& f) {
+  bool shared = true;
+  const ModelShape s = read_llama2c_shape(f, &shared);
+  const std::int64_t need = static_cast<std::int64_t>(kLlama2cHeaderBytes) + 4 * llama2c_float_count(s, shared);
+  if (static_cast<std::int64_t>(f.size()) != need)
+    throw FileError(f.path(), "has " + std::to_string(f.size()) + " bytes, the shape in its header needs " + std::to_string(need));
+  const std::int64_t D = s.dim, H = s.hidden_dim, KV = s.kv_heads * (s.dim / s.heads);
+  const float* p = reinterpret_cast<const float*>(f.data() + kLlama2cHeaderBytes);
+  std::vector<Llama2cTensor> out;
+  auto take = [&](const std::string& name, std::vector<std::int64_t> dims) {
+    std::int64_t n = 1;
+    for (auto d : dims) n *= d;
+    out.push_back({name, std::move(dims), p});
+    p += n;
+  };
+  auto per_layer = [&](const std::string& suffix, std::vector<std::int64_t> dims) {
+    for (std::int64_t l = 0; l < s.layers; ++l) take("blk." + std::to_string(l) + "." + suffix, dims);
+  };
+  take("token_embd.weight", {D, s.vocab});
+  per_layer("attn_norm.weight", {D});
+  per_layer("attn_q.weight", {D, D});
+  per_layer("attn_k.weight", {D, KV});
+  per_layer("attn_v.weight", {D, KV});
+  per_layer("attn_output.weight", {D, D});
+  per_layer("ffn_norm.weight", {D});
+  per_layer("ffn_gate.weight", {D, H});
+  per_layer("ffn_down.weight", {H, D});
+  per_layer("ffn_up.weight", {D, H});
+  take("output_norm.weight", {D});
+  p += s.max_seq * (s.dim / s.heads);  // freq_cis tables
+  if (!shared) take("output.weight", {D, s.vocab});
+  return out;
+}
+
 // Writes a legacy checkpoint: `floats` must hold exactly llama2c_float_count
 // values in file order. Used by tests (corrupt files) and benchmarks (random
 // weights of a given shape).

@@ -2,9 +2,14 @@
 // first bytes, not by its name.
 #pragma once
 
+#include <cstring>
 #include <string>
 
 #include "streamllm/config.hpp"
+#include "streamllm/io/gguf.hpp"
+#include "streamllm/io/gguf_model.hpp"
+#include "streamllm/io/gguf_writer.hpp"
+#include "streamllm/io/convert.hpp"
 #include "streamllm/io/llama2c.hpp"
 #include "streamllm/io/mapped_file.hpp"
 #include "streamllm/model.hpp"
@@ -13,30 +18,34 @@ namespace streamllm {
 
 enum class ModelFormat { Llama2c, Gguf };
 
-inline ModelFormat detect_format(const io::MappedFile& f) {
+// GGUF by its magic, or by its name (so that a .gguf file with a broken
+// magic is reported as such); anything else is read as llama2.c.
+inline ModelFormat detect_format(const std::string& path) {
+  const io::MappedFile f(path);
   if (f.size() >= 4 && std::memcmp(f.data(), "GGUF", 4) == 0) return ModelFormat::Gguf;
+  if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".gguf") == 0) return ModelFormat::Gguf;
   return ModelFormat::Llama2c;
 }
 
+struct ModelFileInfo {
+  ModelFormat format;
+  ModelShape shape;  // for GGUF, max_seq is llama.context_length (not enforced)
+};
+
 // The shape a model file declares, for dispatching to a preset.
-inline ModelShape read_model_shape(const std::string& path) {
+inline ModelFileInfo read_model_info(const std::string& path) {
+  if (detect_format(path) == ModelFormat::Gguf) return {ModelFormat::Gguf, io::gguf_shape(io::GgufFile(path))};
   const io::MappedFile f(path);
-  if (detect_format(f) == ModelFormat::Gguf)
-    throw FileError(path, "GGUF files are not supported by this build");
-  return io::read_llama2c_shape(f);
+  return {ModelFormat::Llama2c, io::read_llama2c_shape(f)};
 }
 
 template <class Config>
 ModelWeights<Config> load_weights(const std::string& path) {
-  {
-    const io::MappedFile f(path);
-    if (detect_format(f) == ModelFormat::Gguf)
-      throw FileError(path, "GGUF files are not supported by this build");
-  }
-  return io::load_llama2c<Config>(path);
+  return detect_format(path) == ModelFormat::Gguf ? io::load_gguf<Config>(path) : io::load_llama2c<Config>(path);
 }
 
-// Maps a checkpoint and checks it against the template: the usual way in.
+// Maps a checkpoint (llama2.c .bin or GGUF) and checks it against the
+// template: the usual way in.
 template <class Config>
 Llama<Config> load_llama(const std::string& path) {
   return Llama<Config>(load_weights<Config>(path));

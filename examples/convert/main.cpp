@@ -1,0 +1,38 @@
+// convert: a llama2.c checkpoint and its SentencePiece model to one GGUF
+// file, in any supported weight type.
+//
+//   convert --model stories260K.bin --tokenizer tok512.model --type q8_0 --out stories260K-Q8_0.gguf
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "streamllm/io/convert.hpp"
+
+int main(int argc, char** argv) {
+  std::string model, tokenizer, out, type = "f32", name = "llama";
+  CLI::App app{"Convert a llama2.c checkpoint (+ SentencePiece model) to GGUF, quantised to a weight type."};
+  app.add_option("-m,--model", model, "llama2.c .bin checkpoint")->required();
+  app.add_option("-z,--tokenizer", tokenizer, "SentencePiece .model of the model's vocabulary")->required();
+  app.add_option("-o,--out", out, "GGUF file to write")->required();
+  app.add_option("-t,--type", type, "f32, f16, bf16, q8_0, q4_0, q4_k, q6_k or q4_k_m")->capture_default_str();
+  app.add_option("--name", name, "general.name")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  try {
+    streamllm::io::convert_llama2c_to_gguf(model, tokenizer, out, streamllm::io::parse_recipe(type), name);
+    const streamllm::io::GgufFile f(out);
+    std::size_t by_type[64] = {};
+    for (const auto& t : f.tensors()) ++by_type[static_cast<std::uint32_t>(t.type)];
+    std::printf("wrote %s: %zu tensors (", out.c_str(), f.tensors().size());
+    bool first = true;
+    for (std::uint32_t i = 0; i < 64; ++i)
+      if (by_type[i]) {
+        std::printf("%s%zu %s", first ? "" : ", ", by_type[i], std::string(streamllm::dtype_name(static_cast<streamllm::DType>(i))).c_str());
+        first = false;
+      }
+    std::printf(")\n");
+    return 0;
+  } catch (const streamllm::Error& e) {
+    std::fprintf(stderr, "convert: %s\n", e.what());
+    return 1;
+  }
+}

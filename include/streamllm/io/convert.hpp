@@ -1,0 +1,129 @@
+// llama2.c checkpoint (+ SentencePiece model) to GGUF, quantised to any
+// supported type. The files load in llama.cpp and round-trip through our reader.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "streamllm/io/gguf_writer.hpp"
+#include "streamllm/io/llama2c.hpp"
+#include "streamllm/io/sentencepiece_model.hpp"
+#include "streamllm/quant/blocks.hpp"
+
+namespace streamllm::io {
+
+// What a converted file holds: one type for all matrices, or Q4_K_M
+// (llama.cpp's mix: Q6_K for the output and for attn_v / ffn_down in the
+// layers that matter most, Q4_K elsewhere).
+enum class ConvertRecipe { F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Q4_K_M };
+
+inline ConvertRecipe parse_recipe(const std::string& s) {
+  const std::pair<const char*, ConvertRecipe> names[] = {
+      {"f32", ConvertRecipe::F32}, {"f16", ConvertRecipe::F16}, {"bf16", ConvertRecipe::BF16}, {"q8_0", ConvertRecipe::Q8_0},
+      {"q4_0", ConvertRecipe::Q4_0}, {"q4_k", ConvertRecipe::Q4_K}, {"q6_k", ConvertRecipe::Q6_K}, {"q4_k_m", ConvertRecipe::Q4_K_M}};
+  for (const auto& [name, r] : names)
+    if (s == name) return r;
+  throw InputError("unknown type '" + s + "' (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, q4_k_m)");
+}
+
+// llama.cpp's file_type numbers (llama_ftype).
+inline std::uint32_t file_type(ConvertRecipe r) {
+  switch (r) {
+    case ConvertRecipe::F32: return 0;
+    case ConvertRecipe::F16: return 1;
+    case ConvertRecipe::Q4_0: return 2;
+    case ConvertRecipe::Q8_0: return 7;
+    case ConvertRecipe::Q4_K: return 14;
+    case ConvertRecipe::Q4_K_M: return 15;
+    case ConvertRecipe::Q6_K: return 18;
+    case ConvertRecipe::BF16: return 32;
+  }
+  return 0;
+}
+
+// The type of one tensor. Vectors stay F32; a matrix whose rows do not fill
+// whole blocks falls back as llama.cpp does (K-quants to Q8_0, then to F16).
+inline DType tensor_type(ConvertRecipe r, const std::string& name, std::int64_t row_len, std::int64_t layer, std::int64_t layers,
+                         bool tied_output) {
+  DType t = DType::F32;
+  switch (r) {
+    case ConvertRecipe::F32: t = DType::F32; break;
+    case ConvertRecipe::F16: t = DType::F16; break;
+    case ConvertRecipe::BF16: t = DType::BF16; break;
+    case ConvertRecipe::Q8_0: t = DType::Q8_0; break;
+    case ConvertRecipe::Q4_0: t = DType::Q4_0; break;
+    case ConvertRecipe::Q4_K: t = DType::Q4_K; break;
+    case ConvertRecipe::Q6_K: t = DType::Q6_K; break;
+    case ConvertRecipe::Q4_K_M: {
+      // More bits where quantisation hurts most: first and last eighth, and every third layer between.
+      const bool more = layer >= 0 && (layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2);
+      const bool output = name == "output.weight" || (tied_output && name == "token_embd.weight");
+      const bool sensitive = name.find("attn_v.weight") != std::string::npos || name.find("ffn_down.weight") != std::string::npos;
+      t = output || (sensitive && more) ? DType::Q6_K : DType::Q4_K;
+      break;
+    }
+  }
+  if (row_len % traits(t).block_elems != 0) t = row_len % 32 == 0 && traits(t).block_elems == 256 ? DType::Q8_0 : DType::F16;
+  return t;
+}
+
+inline void convert_llama2c_to_gguf(const std::string& model_path, const std::string& tokenizer_path,
+                                    const std::string& out_path, ConvertRecipe recipe, const std::string& name = "llama") {
+  const MappedFile f(model_path);
+  bool shared = true;
+  const ModelShape s = read_llama2c_shape(f, &shared);
+  const auto tensors = llama2c_tensors(f);
+  const SentencePieceModel sp = SentencePieceModel::read(tokenizer_path);
+  if (static_cast<std::int64_t>(sp.pieces.size()) != s.vocab)
+    throw InputError("tokenizer '" + tokenizer_path + "' has " + std::to_string(sp.pieces.size()) + " pieces, the model's vocabulary " +
+                     std::to_string(s.vocab));
+
+  GgufWriter w;
+  w.set("general.architecture", std::string("llama"));
+  w.set("general.name", name);
+  w.set("general.file_type", file_type(recipe));
+  w.set("llama.context_length", static_cast<std::uint32_t>(s.max_seq));
+  w.set("llama.embedding_length", static_cast<std::uint32_t>(s.dim));
+  w.set("llama.feed_forward_length", static_cast<std::uint32_t>(s.hidden_dim));
+  w.set("llama.block_count", static_cast<std::uint32_t>(s.layers));
+  w.set("llama.attention.head_count", static_cast<std::uint32_t>(s.heads));
+  w.set("llama.attention.head_count_kv", static_cast<std::uint32_t>(s.kv_heads));
+  w.set("llama.rope.dimension_count", static_cast<std::uint32_t>(s.dim / s.heads));
+  w.set("llama.rope.freq_base", 10000.0f);
+  w.set("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  w.set("llama.vocab_size", static_cast<std::uint32_t>(s.vocab));
+  std::vector<std::string> pieces;
+  std::vector<float> scores;
+  std::vector<std::int32_t> types;
+  for (const auto& p : sp.pieces) {
+    pieces.push_back(p.text);
+    scores.push_back(p.score);
+    types.push_back(p.type);
+  }
+  w.set("tokenizer.ggml.model", std::string("llama"));
+  w.set("tokenizer.ggml.tokens", pieces);
+  w.set("tokenizer.ggml.scores", scores);
+  w.set("tokenizer.ggml.token_type", types);
+  w.set("tokenizer.ggml.bos_token_id", static_cast<std::uint32_t>(sp.bos_id));
+  w.set("tokenizer.ggml.eos_token_id", static_cast<std::uint32_t>(sp.eos_id));
+  w.set("tokenizer.ggml.unknown_token_id", static_cast<std::uint32_t>(sp.unk_id));
+  w.set("tokenizer.ggml.add_bos_token", true);
+  w.set("tokenizer.ggml.add_eos_token", false);
+  w.set("tokenizer.ggml.add_space_prefix", sp.add_dummy_prefix);
+  w.set("tokenizer.ggml.remove_extra_whitespaces", sp.remove_extra_whitespaces);
+
+  for (const auto& t : tensors) {
+    std::int64_t layer = -1;
+    if (t.name.rfind("blk.", 0) == 0) layer = std::stoll(t.name.substr(4));
+    const DType type = t.dims.size() == 1 ? DType::F32 : tensor_type(recipe, t.name, t.dims[0], layer, s.layers, shared);
+    std::int64_t rows = 1;
+    for (std::size_t i = 1; i < t.dims.size(); ++i) rows *= t.dims[i];
+    std::vector<std::byte> bytes(static_cast<std::size_t>(row_bytes(type, t.dims[0]) * rows));
+    for (std::int64_t r = 0; r < rows; ++r)
+      quant::quantize_row(type, t.data + r * t.dims[0], t.dims[0], bytes.data() + r * row_bytes(type, t.dims[0]));
+    w.add_tensor(t.name, type, t.dims, std::move(bytes));
+  }
+  w.write(out_path);
+}
+
+}  // namespace streamllm::io

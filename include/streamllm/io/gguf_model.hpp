@@ -1,0 +1,120 @@
+// A Llama model from a GGUF file: the `llama` architecture's keys and tensor
+// names, every shape checked against the template, tensors of any supported
+// type viewed in place. Hyper-parameters the file carries (RoPE base, RMS
+// epsilon) are used.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "streamllm/io/gguf.hpp"
+#include "streamllm/memory.hpp"
+#include "streamllm/quant/blocks.hpp"
+#include "streamllm/weights.hpp"
+
+namespace streamllm::io {
+
+// The model shape a GGUF file declares (max_seq: llama.context_length).
+inline ModelShape gguf_shape(const GgufFile& f) {
+  const auto arch = f.string("general.architecture");
+  if (!arch) f.fail("metadata 'general.architecture' is missing");
+  if (*arch != "llama") f.fail("architecture is '" + std::string(*arch) + "'; streamllm runs 'llama' models");
+  ModelShape s;
+  s.dim = f.required_integer("llama.embedding_length");
+  s.hidden_dim = f.required_integer("llama.feed_forward_length");
+  s.layers = f.required_integer("llama.block_count");
+  s.heads = f.required_integer("llama.attention.head_count");
+  s.kv_heads = f.integer("llama.attention.head_count_kv").value_or(s.heads);
+  s.max_seq = f.integer("llama.context_length").value_or(0);
+  if (const auto* emb = f.tensor("token_embd.weight"); emb && emb->dims.size() == 2)
+    s.vocab = emb->dims[1];
+  else if (const auto v = f.integer("llama.vocab_size"))
+    s.vocab = *v;
+  for (auto [name, value] : {std::pair<const char*, std::int64_t>{"embedding_length", s.dim}, {"feed_forward_length", s.hidden_dim},
+                             {"block_count", s.layers}, {"attention.head_count", s.heads}, {"attention.head_count_kv", s.kv_heads}})
+    if (value <= 0) f.fail(std::string("llama.") + name + " = " + std::to_string(value) + " must be positive");
+  return s;
+}
+
+// Owns what a GGUF model needs beyond the mapping: norms converted to f32.
+struct GgufModelStorage {
+  std::shared_ptr<const GgufFile> file;
+  std::vector<AlignedVector<float>> converted;
+};
+
+template <class Config>
+ModelWeights<Config> load_gguf(const std::string& path) {
+  auto file = std::make_shared<const GgufFile>(path);
+  const GgufFile& f = *file;
+  ModelShape shape = gguf_shape(f);
+  // llama.context_length is the trained context; the template's MaxSeq sizes
+  // the dense cache. Files made by converters often carry a placeholder here
+  // (stories260K-F32.gguf says 128 for a model trained on 512), so it is not
+  // held against the template.
+  shape.max_seq = Config::MaxSeq;
+  check_shape<Config>(shape, path);
+  if (const auto rope_dims = f.integer("llama.rope.dimension_count"); rope_dims && *rope_dims != Config::HeadDim)
+    f.fail("llama.rope.dimension_count is " + std::to_string(*rope_dims) + ", the head dimension " +
+           std::to_string(Config::HeadDim) + ": partial rotary embeddings are not supported");
+
+  auto storage = std::make_shared<GgufModelStorage>();
+  storage->file = file;
+  std::vector<bool> used(f.tensors().size(), false);
+  auto get = [&](const std::string& name, std::vector<std::int64_t> want) -> const GgufTensorInfo& {
+    const GgufTensorInfo* t = f.tensor(name);
+    if (!t) f.fail("tensor '" + name + "' is missing");
+    used[static_cast<std::size_t>(t - f.tensors().data())] = true;
+    if (t->dims != want) {
+      auto show = [](const std::vector<std::int64_t>& d) {
+        std::string s = "[";
+        for (std::size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+        return s + "]";
+      };
+      f.fail("tensor " + name + " has shape " + show(t->dims) + ", the template expects " + show(want));
+    }
+    return *t;
+  };
+  auto matrix = [&](const std::string& name, std::int64_t rows, std::int64_t cols) {
+    const GgufTensorInfo& t = get(name, {cols, rows});
+    return TensorView{t.type, t.data, rows, cols, row_bytes(t.type, cols)};
+  };
+  auto vector = [&](const std::string& name, std::int64_t n) -> const float* {
+    const GgufTensorInfo& t = get(name, {n});
+    if (t.type == DType::F32) return reinterpret_cast<const float*>(t.data);
+    auto& buf = storage->converted.emplace_back(static_cast<std::size_t>(n));
+    quant::dequantize_row(t.type, t.data, n, buf.data());
+    return buf.data();
+  };
+
+  constexpr std::int64_t D = Config::Dim, H = Config::HiddenDim, KV = Config::KVDim, V = Config::Vocab;
+  ModelWeights<Config> w;
+  w.source = path;
+  w.token_embedding = matrix("token_embd.weight", V, D);
+  for (int l = 0; l < Config::Layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    LayerWeights& lw = w.layers[static_cast<std::size_t>(l)];
+    lw.attn_norm = vector(p + "attn_norm.weight", D);
+    lw.wq = matrix(p + "attn_q.weight", D, D);
+    lw.wk = matrix(p + "attn_k.weight", KV, D);
+    lw.wv = matrix(p + "attn_v.weight", KV, D);
+    lw.wo = matrix(p + "attn_output.weight", D, D);
+    lw.ffn_norm = vector(p + "ffn_norm.weight", D);
+    lw.w_gate = matrix(p + "ffn_gate.weight", H, D);
+    lw.w_down = matrix(p + "ffn_down.weight", D, H);
+    lw.w_up = matrix(p + "ffn_up.weight", H, D);
+  }
+  w.final_norm = vector("output_norm.weight", D);
+  w.classifier = f.tensor("output.weight") ? matrix("output.weight", V, D) : w.token_embedding;
+  for (std::size_t i = 0; i < used.size(); ++i)
+    if (!used[i]) f.fail("tensor '" + f.tensors()[i].name + "' is not part of a Llama 2 model of this shape");
+
+  w.hparams.rope_theta = f.real("llama.rope.freq_base").value_or(10000.0);
+  w.hparams.rms_eps = static_cast<float>(f.real("llama.attention.layer_norm_rms_epsilon").value_or(1e-5));
+  if (!(w.hparams.rope_theta > 0) || !(w.hparams.rms_eps > 0))
+    f.fail("llama.rope.freq_base and llama.attention.layer_norm_rms_epsilon must be positive");
+  w.owner = storage;
+  return w;
+}
+
+}  // namespace streamllm::io
