@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "streamllm/io/convert.hpp"
 #include "streamllm/streamllm.hpp"
 
 namespace bench {
@@ -61,6 +62,62 @@ std::string random_llama2c_model(const std::string& name) {
   std::fill_n(w.begin() + static_cast<std::ptrdiff_t>(at), D, 1.0f);      // rms_final
   streamllm::io::write_llama2c(path.string(), s, true, w);
   return path.string();
+}
+
+// A GGUF model of the preset's shape with random weights (std 0.02, norms 1,
+// an untied output), in one weight type, written once through our writer
+// with the Llama 2 tokenizer's metadata (so llama.cpp loads the same file).
+template <class Config>
+std::string random_gguf_model(const std::string& name, const std::string& type) {
+  namespace io = streamllm::io;
+  const auto path = scratch_dir() / (name + "-random-" + type + ".gguf");
+  if (std::filesystem::exists(path)) return path.string();
+  const auto recipe = io::parse_recipe(type);
+  const streamllm::ModelShape s = Config::shape();
+  io::GgufWriter w;
+  io::write_llama_metadata(w, s, io::SentencePieceModel::read((data_dir() / "models" / "tokenizer.model").string()), recipe,
+                           name + "-random");
+  const std::int64_t D = s.dim, H = s.hidden_dim, KV = s.kv_heads * (s.dim / s.heads);
+  std::vector<float> buf;
+  std::uint64_t seed = 1;
+  auto add = [&](const std::string& tensor, std::vector<std::int64_t> dims) {
+    std::int64_t n = 1;
+    for (auto d : dims) n *= d;
+    buf.resize(static_cast<std::size_t>(n));
+    if (dims.size() == 1)
+      std::fill(buf.begin(), buf.end(), 1.0f);
+    else
+      fill_normal(buf.data(), buf.size(), 0.02f, seed++);
+    io::add_converted_tensor(w, recipe, tensor, dims, buf.data(), s.layers, false);
+  };
+  add("token_embd.weight", {D, s.vocab});
+  for (std::int64_t l = 0; l < s.layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    add(p + "attn_norm.weight", {D});
+    add(p + "attn_q.weight", {D, D});
+    add(p + "attn_k.weight", {D, KV});
+    add(p + "attn_v.weight", {D, KV});
+    add(p + "attn_output.weight", {D, D});
+    add(p + "ffn_norm.weight", {D});
+    add(p + "ffn_gate.weight", {D, H});
+    add(p + "ffn_down.weight", {H, D});
+    add(p + "ffn_up.weight", {D, H});
+  }
+  add("output_norm.weight", {D});
+  add("output.weight", {D, s.vocab});
+  const auto tmp = path.string() + ".part";
+  w.write(tmp);
+  std::filesystem::rename(tmp, path);
+  return path.string();
+}
+
+// Bytes of every weight matrix a decode step reads (all but the embedding).
+template <class Config>
+double weight_bytes_per_token(const streamllm::ModelWeights<Config>& w) {
+  double b = static_cast<double>(w.classifier.bytes());
+  for (const auto& l : w.layers)
+    for (const auto* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_down, &l.w_up}) b += static_cast<double>(t->bytes());
+  return b;
 }
 
 // Multiply-adds per token in the weight matrices (what prefill GFLOP/s and

@@ -47,6 +47,17 @@ TEST_CASE("dot equals its scalar twin on odd sizes", "[kernels]") {
   }
 }
 
+TEST_CASE("sum_each gives, in lane i, the sum of row i", "[kernels]") {
+  k::Batch rows[k::kLanes];
+  alignas(64) float v[k::kLanes], out[k::kLanes];
+  for (std::size_t i = 0; i < k::kLanes; ++i) {
+    for (std::size_t j = 0; j < k::kLanes; ++j) v[j] = static_cast<float>(i * 100 + j);
+    rows[i] = k::Batch::load_aligned(v);
+  }
+  k::sum_each(rows).store_aligned(out);
+  for (std::size_t i = 0; i < k::kLanes; ++i) REQUIRE(out[i] == xsimd::hadd(rows[i]));
+}
+
 TEST_CASE("rmsnorm equals its scalar twin on odd sizes", "[kernels]") {
   for (std::size_t n : kOddSizes) {
     const auto x = random_vector(n, 3), w = random_vector(n, 4);
@@ -135,36 +146,89 @@ TEST_CASE("matmul equals Eigen's product for f32 weights, any token count", "[ke
   }
 }
 
-TEST_CASE("online-softmax attention equals the textbook form, across blocks and segments", "[kernels][attention]") {
-  constexpr int HD = 8, Heads = 4, KVHeads = 2;
-  using Att = streamllm::Attention<HD, Heads, KVHeads>;
-  for (std::int64_t count : {1, 5, 64, 65, 200}) {
-    const std::size_t stride = KVHeads * HD;
-    const auto keys = random_vector(static_cast<std::size_t>(count) * stride, 13, 2.0f);
-    const auto vals = random_vector(static_cast<std::size_t>(count) * stride, 14);
-    const auto q = random_vector(Heads * HD, 15, 2.0f);
-    // The same keys as one segment, and cut into three.
-    streamllm::AttentionRow one, three;
-    std::vector<float> out1(Heads * HD), out3(Heads * HD), want(Heads * HD);
-    one.q = one.q_sink = three.q = three.q_sink = q.data();
-    one.out = out1.data();
-    three.out = out3.data();
-    one.segments[0] = {keys.data(), vals.data(), stride, count, false};
-    one.n_segments = 1;
-    const std::int64_t a = count / 3, b = count / 2;
-    three.segments[0] = {keys.data(), vals.data(), stride, a, false};
-    three.segments[1] = {keys.data() + a * stride, vals.data() + a * stride, stride, b - a, false};
-    three.segments[2] = {keys.data() + b * stride, vals.data() + b * stride, stride, count - b, false};
-    three.n_segments = 3;
-    Att::run(&one, 1);
-    Att::run(&three, 1);
-    for (int h = 0; h < Heads; ++h) {
-      const int kvh = h / (Heads / KVHeads);
-      streamllm::reference::attend_head(q.data() + h * HD, keys.data() + kvh * HD, vals.data() + kvh * HD,
-                                        stride, count, HD, want.data() + h * HD);
-    }
-    INFO("keys " << count);
-    require_close(out1, want, 1e-5f);
-    require_close(out3, want, 1e-5f);
+namespace {
+// Attention of one query over the keys visible at text position t, in
+// double: sink keys (p < S) scored with q_sink, the others with q.
+template <int HD>
+std::vector<float> attend_reference(const float* q, const float* q_sink, const std::vector<float>& K, const std::vector<float>& V,
+                                    std::size_t stride, std::int64_t n_keys, std::int64_t t, std::int64_t S, std::int64_t W) {
+  std::vector<double> s;
+  std::vector<std::int64_t> keys;
+  for (std::int64_t p = 0; p < n_keys; ++p)
+    if (p <= t && (p < S || p > t - W)) keys.push_back(p);
+  double mx = -1e300;
+  for (auto p : keys) {
+    const float* qq = p < S ? q_sink : q;
+    double d = 0;
+    for (int i = 0; i < HD; ++i) d += double(qq[i]) * K[static_cast<std::size_t>(p) * stride + static_cast<std::size_t>(i)];
+    s.push_back(d / std::sqrt(double(HD)));
+    mx = std::max(mx, s.back());
   }
+  double sum = 0;
+  for (auto& x : s) sum += (x = std::exp(x - mx));
+  std::vector<float> out(HD);
+  for (int i = 0; i < HD; ++i) {
+    double o = 0;
+    for (std::size_t j = 0; j < keys.size(); ++j) o += s[j] * V[static_cast<std::size_t>(keys[j]) * stride + static_cast<std::size_t>(i)];
+    out[static_cast<std::size_t>(i)] = static_cast<float>(o / sum);
+  }
+  return out;
+}
+
+template <int HD>
+void check_tiled_attention() {
+  constexpr int Heads = 4, KVHeads = 2, G = Heads / KVHeads;
+  using Att = streamllm::Attention<HD, Heads, KVHeads>;
+  constexpr std::size_t stride = KVHeads * HD, qld = Heads * HD;
+  const std::int64_t n_keys = 100;
+  const auto K = random_vector(static_cast<std::size_t>(n_keys) * stride, 13, 2.0f);
+  const auto V = random_vector(static_cast<std::size_t>(n_keys) * stride, 14);
+  struct Rule { std::int64_t S, W; };
+  for (const Rule rule : {Rule{0, streamllm::kUnboundedWindow}, Rule{2, 20}, Rule{0, 7}}) {
+    for (int rows : {1, 5, 16}) {
+      const std::int64_t first = n_keys - rows;
+      const auto q = random_vector(static_cast<std::size_t>(rows) * qld, 15, 2.0f);
+      const auto q_sink = random_vector(static_cast<std::size_t>(rows) * qld, 16, 2.0f);
+      std::vector<float> out(static_cast<std::size_t>(rows) * qld);
+      streamllm::AttentionBlock b;
+      b.q = q.data();
+      b.q_sink = q_sink.data();
+      b.out = out.data();
+      b.ld = qld;
+      b.first_pos = first;
+      b.rows = rows;
+      b.sinks = rule.S;
+      b.window = rule.W;
+      // The keys in uneven segments, sinks apart.
+      std::int64_t cuts[] = {0, rule.S, 31, 64, n_keys};
+      for (int c = 0; c + 1 < 5; ++c) {
+        const std::int64_t p0 = std::max(cuts[c], c > 0 ? rule.S : std::int64_t(0)), p1 = cuts[c + 1];
+        if (c == 0 && rule.S > 0) {
+          b.segments[b.n_segments++] = {K.data(), V.data(), stride, rule.S, true, 0};
+          continue;
+        }
+        if (p1 <= p0) continue;
+        b.segments[b.n_segments++] = {K.data() + p0 * stride, V.data() + p0 * stride, stride, p1 - p0, false, p0};
+      }
+      Att::run(&b, 1);
+      for (int r = 0; r < rows; ++r)
+        for (int h = 0; h < Heads; ++h) {
+          const int kvh = h / G;
+          const std::size_t at = static_cast<std::size_t>(r) * qld + static_cast<std::size_t>(h * HD);
+          std::vector<float> Kh(K.size()), Vh(V.size());
+          const auto want = attend_reference<HD>(q.data() + at, q_sink.data() + at, std::vector<float>(K.begin() + kvh * HD, K.end()),
+                                                 std::vector<float>(V.begin() + kvh * HD, V.end()), stride, n_keys, first + r, rule.S, rule.W);
+          const std::vector<float> got(out.begin() + static_cast<std::ptrdiff_t>(at), out.begin() + static_cast<std::ptrdiff_t>(at) + HD);
+          INFO("head_dim " << HD << " rows " << rows << " row " << r << " head " << h << " sinks " << rule.S << " window " << rule.W);
+          require_close(got, want, 1e-5f);
+        }
+    }
+  }
+}
+}  // namespace
+
+TEST_CASE("tiled attention equals the textbook form, across key blocks, segments, rows, sinks and windows", "[kernels][attention]") {
+  check_tiled_attention<16>();  // whole vectors of head dimension (AVX-512: the vector score path)
+  check_tiled_attention<8>();   // fewer than a vector: the scalar score path
+  check_tiled_attention<64>();
 }

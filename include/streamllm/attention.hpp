@@ -1,94 +1,173 @@
 // Scaled dot-product attention (Vaswani et al. 2017) with grouped-query heads
 // (Ainslie et al. 2023), over KV segments the model does not own.
 //
-// Scores are processed a block of keys at a time with an online softmax
-// (Milakov & Gimelshein 2018): a running maximum m, a running sum l and a
-// running weighted sum of values are rescaled whenever m grows, so no score
-// matrix of the whole sequence is ever materialised.
+// Work is tiled: a block of consecutive query rows of one sequence, times the
+// query heads that share one kv head, against blocks of kLanes keys at a
+// time. Each key block is loaded once for all those queries. Scores are kept
+// only per block, with an online softmax (Milakov & Gimelshein 2018): a
+// running maximum m, a running sum l and a running weighted sum of values are
+// rescaled whenever m grows, so no score matrix of the sequence is built.
+// Which key a query may see follows from text positions: key p is visible to
+// the query at t when p <= t and (p < sinks or p > t - window).
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
 #include "streamllm/cache/kv_cache.hpp"
-#include "streamllm/kernels/axpy.hpp"
 #include "streamllm/kernels/dot.hpp"
-#include "streamllm/kernels/softmax.hpp"
+#include "streamllm/kernels/simd.hpp"
 #include "streamllm/kernels/threading.hpp"
+#include "streamllm/memory.hpp"
 
 namespace streamllm {
 
-// Everything one query row needs: its query in two rotations (at its text
-// position, and at its cache position for sink keys), and the segments it sees.
-struct AttentionRow {
+// Consecutive query rows of one sequence and the keys they may see.
+struct AttentionBlock {
+  static constexpr int kMaxRows = 16;
   static constexpr int kMaxSegments = kMaxCacheSegments + 2;  // + the new tokens' sinks and window
-  const float* q = nullptr;
-  const float* q_sink = nullptr;
+  const float* q = nullptr;       // row i at q + i * ld, rotated at its text position
+  const float* q_sink = nullptr;  // the same, rotated at its cache position (for sink segments)
+  float* out = nullptr;           // row i at out + i * ld
+  std::size_t ld = 0;
+  std::int64_t first_pos = 0;     // text position of row 0
+  int rows = 0;
+  std::int64_t sinks = 0, window = kUnboundedWindow;
   KVSegment segments[kMaxSegments];
   int n_segments = 0;
-  float* out = nullptr;
 };
 
 template <int HeadDim, int Heads, int KVHeads>
 struct Attention {
   static constexpr int kGroup = Heads / KVHeads;
-  // Keys scored per block: the scores stay in registers and L1.
-  static constexpr std::int64_t kBlock = 64;
+  static constexpr int kQueries = AttentionBlock::kMaxRows * kGroup;
+  static constexpr std::size_t L = kernels::kLanes;
+  static constexpr bool kVectorDot = HeadDim % L == 0;  // else scores one by one
+  using Batch = kernels::Batch;
 
-  // One head of one row: out[HeadDim] = softmax(q K^T / sqrt(d)) V.
-  static void head(const AttentionRow& row, int h, float* out) {
-    const int kvh = h / kGroup;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(HeadDim));
-    float m = -std::numeric_limits<float>::infinity(), l = 0.f;
-    alignas(64) float acc[HeadDim] = {};
-    alignas(64) float s[kBlock];
-    for (int si = 0; si < row.n_segments; ++si) {
-      const KVSegment& seg = row.segments[si];
-      const float* q = (seg.sink ? row.q_sink : row.q) + h * HeadDim;
-      const float* kbase = seg.k + kvh * HeadDim;
-      const float* vbase = seg.v + kvh * HeadDim;
-      for (std::int64_t j0 = 0; j0 < seg.count; j0 += kBlock) {
-        const std::int64_t nb = std::min(kBlock, seg.count - j0);
-        for (std::int64_t j = 0; j < nb; ++j)
-          s[j] = kernels::dot(q, kbase + static_cast<std::size_t>(j0 + j) * seg.stride, HeadDim) * scale;
-        const float bm = kernels::max_of(s, static_cast<std::size_t>(nb));
-        if (bm > m) {  // rescale what was accumulated under the old maximum
-          const float corr = std::exp(m - bm);
-          l *= corr;
-          kernels::scale(corr, acc, HeadDim);
-          m = bm;
-        }
-        l += kernels::exp_shifted(s, static_cast<std::size_t>(nb), m);
-        for (std::int64_t j = 0; j < nb; ++j)
-          kernels::axpy(s[j], vbase + static_cast<std::size_t>(j0 + j) * seg.stride, acc, HeadDim);
+  // Per query: running max, running sum, and the weighted sum of values.
+  struct State {
+    float m[kQueries], l[kQueries];
+    alignas(64) float acc[kQueries][HeadDim];
+  };
+
+  // Scores of one query against the keys of one block (nk <= L of them).
+  static Batch scores(const float* q, const float* k, std::size_t stride, std::size_t nk) {
+    if constexpr (kVectorDot) {
+      Batch qv[HeadDim / L];
+      for (std::size_t v = 0; v < HeadDim / L; ++v) qv[v] = kernels::load(q + v * L);
+      Batch partial[L];
+      for (std::size_t j = 0; j < L; ++j) {
+        Batch s(0.f);
+        if (j < nk)
+          for (std::size_t v = 0; v < HeadDim / L; ++v) s = xsimd::fma(qv[v], kernels::load(k + j * stride + v * L), s);
+        partial[j] = s;
       }
+      return kernels::sum_each(partial);  // lane j: the sum of partial[j]
+    } else {
+      alignas(64) float s[L] = {};
+      for (std::size_t j = 0; j < nk; ++j) s[j] = kernels::dot(q, k + j * stride, HeadDim);
+      return Batch::load_aligned(s);
     }
-    const float inv = 1.0f / l;
-    for (int d = 0; d < HeadDim; ++d) out[d] = acc[d] * inv;
   }
 
-  // Every head of every row, split over threads.
-  static void run(const AttentionRow* rows, std::size_t n_rows) {
-    const auto items = static_cast<std::int64_t>(n_rows) * Heads;
+  // One block of rows, the query heads of kv head kvh.
+  static void run_one(const AttentionBlock& b, int kvh, State& st) {
+    const int nq = b.rows * kGroup;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(HeadDim));
+    const float neg_inf = -std::numeric_limits<float>::infinity();
+    for (int i = 0; i < nq; ++i) {
+      st.m[i] = neg_inf;
+      st.l[i] = 0;
+      std::fill_n(st.acc[i], HeadDim, 0.0f);
+    }
+    const std::int64_t last_pos = b.first_pos + b.rows - 1;
+    alignas(64) float lane_pos[L];
+    alignas(64) float p[L];
+    for (int si = 0; si < b.n_segments; ++si) {
+      const KVSegment& seg = b.segments[si];
+      const float* qbase = seg.sink ? b.q_sink : b.q;
+      const float* kseg = seg.k + kvh * HeadDim;
+      const float* vseg = seg.v + kvh * HeadDim;
+      for (std::int64_t j0 = 0; j0 < seg.count; j0 += static_cast<std::int64_t>(L)) {
+        const auto nk = static_cast<std::size_t>(std::min<std::int64_t>(static_cast<std::int64_t>(L), seg.count - j0));
+        const std::int64_t p0 = seg.first_pos + j0;
+        if (p0 > last_pos) break;  // causal: no row sees these (positions only grow along a segment)
+        const float* kb = kseg + static_cast<std::size_t>(j0) * seg.stride;
+        const float* vb = vseg + static_cast<std::size_t>(j0) * seg.stride;
+        for (std::size_t j = 0; j < L; ++j) lane_pos[j] = static_cast<float>(j);
+        const Batch jpos = Batch::load_aligned(lane_pos);
+        for (int r = 0; r < b.rows; ++r) {
+          const std::int64_t t = b.first_pos + r;
+          // Visible lanes j: p0 + j <= t, and (a sink, or inside the window).
+          const std::int64_t hi = std::min<std::int64_t>(static_cast<std::int64_t>(nk) - 1, t - p0);
+          const std::int64_t lo = p0 < b.sinks ? 0 : std::max<std::int64_t>(0, t - b.window + 1 - p0);
+          if (hi < lo) continue;
+          const auto visible = (jpos >= Batch(static_cast<float>(lo))) & (jpos <= Batch(static_cast<float>(hi)));
+          for (int h = 0; h < kGroup; ++h) {
+            const int qi = r * kGroup + h;
+            const float* q = qbase + static_cast<std::size_t>(r) * b.ld + static_cast<std::size_t>((kvh * kGroup + h) * HeadDim);
+            const Batch s = xsimd::select(visible, scores(q, kb, seg.stride, nk) * Batch(scale), Batch(neg_inf));
+            alignas(64) float sv[L];
+            s.store_aligned(sv);
+            const float bm = *std::max_element(sv, sv + L);
+            if (bm > st.m[qi]) {  // rescale what was accumulated under the old maximum
+              const float corr = std::exp(st.m[qi] - bm);
+              st.l[qi] *= corr;
+              for (int d = 0; d < HeadDim; ++d) st.acc[qi][d] *= corr;
+              st.m[qi] = bm;
+            }
+            const Batch e = xsimd::select(visible, xsimd::exp(s - Batch(st.m[qi])), Batch(0.f));
+            e.store_aligned(p);
+            st.l[qi] += xsimd::hadd(e);
+            float* acc = st.acc[qi];
+            for (std::size_t j = static_cast<std::size_t>(lo); j <= static_cast<std::size_t>(hi); ++j) {
+              const float pj = p[j];
+              const float* v = vb + j * seg.stride;
+              if constexpr (kVectorDot) {
+                for (std::size_t d = 0; d < HeadDim; d += L)
+                  kernels::store(acc + d, xsimd::fma(Batch(pj), kernels::load(v + d), kernels::load(acc + d)));
+              } else {
+                for (int d = 0; d < HeadDim; ++d) acc[d] += pj * v[d];
+              }
+            }
+          }
+        }
+      }
+    }
+    for (int r = 0; r < b.rows; ++r)
+      for (int h = 0; h < kGroup; ++h) {
+        const int qi = r * kGroup + h;
+        float* out = b.out + static_cast<std::size_t>(r) * b.ld + static_cast<std::size_t>((kvh * kGroup + h) * HeadDim);
+        const float inv = 1.0f / st.l[qi];
+        for (int d = 0; d < HeadDim; ++d) out[d] = st.acc[qi][d] * inv;
+      }
+  }
+
+  // Every block, every kv head, split over threads.
+  static void run(const AttentionBlock* blocks, std::size_t n_blocks) {
+    const auto items = static_cast<std::int64_t>(n_blocks) * KVHeads;
     std::int64_t work = 0;
-    for (std::size_t r = 0; r < n_rows; ++r)
-      for (int s = 0; s < rows[r].n_segments; ++s) work += rows[r].segments[s].count;
+    for (std::size_t i = 0; i < n_blocks; ++i)
+      for (int s = 0; s < blocks[i].n_segments; ++s) work += blocks[i].segments[s].count * blocks[i].rows;
     work *= Heads * HeadDim * 2;
-#pragma omp parallel for schedule(dynamic, 4) if (work >= std::int64_t(kernels::kMinParallelWork))
-    for (std::int64_t it = 0; it < items; ++it) {
-      const AttentionRow& row = rows[it / Heads];
-      const int h = static_cast<int>(it % Heads);
-      head(row, h, row.out + h * HeadDim);
+#pragma omp parallel if (work >= std::int64_t(kernels::kMinParallelWork))
+    {
+      static thread_local std::vector<State, xsimd::aligned_allocator<State, 64>> state(1);
+#pragma omp for schedule(dynamic, 1)
+      for (std::int64_t it = 0; it < items; ++it)
+        run_one(blocks[it / KVHeads], static_cast<int>(it % KVHeads), state[0]);
     }
   }
 };
 
 namespace reference {
 // The textbook form over one contiguous key list: scores, softmax, weighted
-// sum. The oracle of the online-softmax kernel.
+// sum. The oracle of the tiled kernel.
 inline void attend_head(const float* q, const float* k, const float* v, std::size_t stride,
                         std::int64_t count, int head_dim, float* out) {
   std::vector<double> s(static_cast<std::size_t>(count));

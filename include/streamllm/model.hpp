@@ -184,7 +184,6 @@ class Llama {
     grow(rope_sin_, R * tl_);
     grow(sink_cos_, R * tl_);
     grow(sink_sin_, R * tl_);
-    if (att_rows_.size() < R) att_rows_.resize(R);
   }
 
   void layer(int l, std::span<const Sequence> seqs) {
@@ -204,8 +203,8 @@ class Llama {
       kernels::rope_apply(k_.data() + r * KV, KV, rope_cos_.data() + r * tl_, rope_sin_.data() + r * tl_, tl_);
     }
 
-    for (std::size_t r = 0; r < R; ++r) plan_attention(l, r, *seqs[rows_[r].seq].cache);
-    Attention<Config::HeadDim, Config::Heads, Config::KVHeads>::run(att_rows_.data(), R);
+    plan_attention(l, seqs);
+    Attention<Config::HeadDim, Config::Heads, Config::KVHeads>::run(att_blocks_.data(), att_blocks_.size());
 
     // The new keys and values join the caches only now: until every row of
     // this layer has attended, a window cache may still need what they replace.
@@ -227,24 +226,39 @@ class Llama {
     for (std::size_t r = 0; r < R; ++r) kernels::add_inplace(x_.data() + r * D, xb_.data() + r * D, D);
   }
 
-  // What row r attends to: the cached segments its cache shows a query at
-  // its position, then the sequence's new tokens up to itself that the
-  // visibility rule keeps (sinks, and the window).
-  void plan_attention(int l, std::size_t r, const Cache& cache) {
-    const Row& row = rows_[r];
-    AttentionRow& a = att_rows_[r];
-    a.q = q_.data() + r * D;
-    a.q_sink = q_sink_.data() + r * D;
-    a.out = att_.data() + r * D;
-    a.n_segments = cache.segments(l, row.pos, a.segments);
-    const std::int64_t S = cache.sinks(), W = cache.window(), c0 = row.first_pos, t = row.pos;
-    auto add_new = [&](std::int64_t p0, std::int64_t p1, bool sink) {  // positions [p0, p1)
-      if (p1 <= p0) return;
-      const std::size_t off = row.first_row + static_cast<std::size_t>(p0 - c0);
-      a.segments[a.n_segments++] = {k_.data() + off * KV, v_.data() + off * KV, KV, p1 - p0, sink};
-    };
-    add_new(c0, std::min(S, t + 1), true);
-    add_new(std::max({c0, S, t - W + 1}), t + 1, false);
+  // Blocks of up to AttentionBlock::kMaxRows consecutive rows of one
+  // sequence, each with what its rows may see: the cached segments the cache
+  // shows its first (earliest) row, and the new tokens of the sequence up to
+  // its last row that the visibility rule keeps (sinks, and the window).
+  // The attention kernel masks per row.
+  void plan_attention(int l, std::span<const Sequence> seqs) {
+    att_blocks_.clear();
+    for (std::size_t r0 = 0; r0 < rows_.size();) {
+      const Row& row = rows_[r0];
+      const Cache& cache = *seqs[row.seq].cache;
+      std::size_t r1 = r0 + 1;
+      while (r1 < rows_.size() && rows_[r1].seq == row.seq && r1 - r0 < AttentionBlock::kMaxRows) ++r1;
+      AttentionBlock b;
+      b.q = q_.data() + r0 * D;
+      b.q_sink = q_sink_.data() + r0 * D;
+      b.out = att_.data() + r0 * D;
+      b.ld = D;
+      b.first_pos = row.pos;
+      b.rows = static_cast<int>(r1 - r0);
+      b.sinks = cache.sinks();
+      b.window = cache.window();
+      b.n_segments = cache.segments(l, row.pos, b.segments);
+      const std::int64_t S = b.sinks, W = b.window, c0 = row.first_pos, t_first = row.pos, t_last = rows_[r1 - 1].pos;
+      auto add_new = [&](std::int64_t p0, std::int64_t p1, bool sink) {  // positions [p0, p1)
+        if (p1 <= p0) return;
+        const std::size_t off = row.first_row + static_cast<std::size_t>(p0 - c0);
+        b.segments[b.n_segments++] = {k_.data() + off * KV, v_.data() + off * KV, KV, p1 - p0, sink, p0};
+      };
+      add_new(c0, std::min(S, t_last + 1), true);
+      add_new(std::max({c0, S, t_first - W + 1}), t_last + 1, false);
+      att_blocks_.push_back(b);
+      r0 = r1;
+    }
   }
 
   Logits compute_logits() {
@@ -272,7 +286,7 @@ class Llama {
 
   std::vector<Row> rows_;
   std::vector<std::size_t> logit_rows_, first_logit_;
-  std::vector<AttentionRow> att_rows_;
+  std::vector<AttentionBlock> att_blocks_;
   AlignedVector<float> x_, xb_, q_, q_sink_, k_, v_, att_, hb_, hb2_;
   AlignedVector<float> rope_cos_, rope_sin_, sink_cos_, sink_sin_;
   AlignedVector<float> logit_in_, logits_;

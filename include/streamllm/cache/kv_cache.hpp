@@ -17,15 +17,17 @@
 
 namespace streamllm {
 
-// A run of keys (and their values) in memory: key j of kv head h is at
-// k + j * stride + h * head_dim. `sink` keys are read with the query rotated
-// at its cache position rather than its text position (see sink_window_cache.hpp).
+// A run of keys (and their values) of consecutive text positions: key j of
+// kv head h is at k + j * stride + h * head_dim, at text position
+// first_pos + j. `sink` keys are read with the query rotated at its cache
+// position rather than its text position (see sink_window_cache.hpp).
 struct KVSegment {
   const float* k = nullptr;
   const float* v = nullptr;
   std::size_t stride = 0;
   std::int64_t count = 0;
   bool sink = false;
+  std::int64_t first_pos = 0;
 };
 
 // Most segments a cache returns for one query.
@@ -114,7 +116,7 @@ class KVCache final : public KVCacheBase<Config> {
   int segments(int layer, std::int64_t, KVSegment* out) const override {
     if (this->size_ == 0) return 0;
     const std::size_t base = static_cast<std::size_t>(layer) * layer_floats_;
-    out[0] = {k_.data() + base, v_.data() + base, Config::KVDim, this->size_, false};
+    out[0] = {k_.data() + base, v_.data() + base, Config::KVDim, this->size_, false, 0};
     return 1;
   }
 

@@ -61,17 +61,18 @@ class DynamicSinkWindowKVCache : public KVCacheBase<Config> {
     int n = 0;
     const std::int64_t cached = this->size_;
     if (const std::int64_t s = std::min(sinks_, cached); s > 0)
-      out[n++] = {sink_k_.data() + sink_offset(layer, 0), sink_v_.data() + sink_offset(layer, 0), Config::KVDim, s, true};
+      out[n++] = {sink_k_.data() + sink_offset(layer, 0), sink_v_.data() + sink_offset(layer, 0), Config::KVDim, s, true, 0};
     // Window tokens already cached: text positions [lo, cached), in the ring
     // from slot (lo - S) mod W, wrapping at most once.
     const std::int64_t lo = std::max(sinks_, t - window_ + 1);
     std::int64_t count = cached - lo;
     if (count <= 0) return n;
-    std::int64_t slot = (lo - sinks_) % window_;
+    std::int64_t slot = (lo - sinks_) % window_, pos = lo;
     while (count > 0) {
       const std::int64_t run = std::min(count, window_ - slot);
-      out[n++] = {ring_k_.data() + ring_offset(layer, slot), ring_v_.data() + ring_offset(layer, slot), Config::KVDim, run, false};
+      out[n++] = {ring_k_.data() + ring_offset(layer, slot), ring_v_.data() + ring_offset(layer, slot), Config::KVDim, run, false, pos};
       count -= run;
+      pos += run;
       slot = 0;
     }
     return n;

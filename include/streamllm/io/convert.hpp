@@ -67,18 +67,12 @@ inline DType tensor_type(ConvertRecipe r, const std::string& name, std::int64_t 
   return t;
 }
 
-inline void convert_llama2c_to_gguf(const std::string& model_path, const std::string& tokenizer_path,
-                                    const std::string& out_path, ConvertRecipe recipe, const std::string& name = "llama") {
-  const MappedFile f(model_path);
-  bool shared = true;
-  const ModelShape s = read_llama2c_shape(f, &shared);
-  const auto tensors = llama2c_tensors(f);
-  const SentencePieceModel sp = SentencePieceModel::read(tokenizer_path);
+// The llama architecture's keys and the tokenizer's, as llama.cpp reads them.
+inline void write_llama_metadata(GgufWriter& w, const ModelShape& s, const SentencePieceModel& sp, ConvertRecipe recipe,
+                                 const std::string& name) {
   if (static_cast<std::int64_t>(sp.pieces.size()) != s.vocab)
-    throw InputError("tokenizer '" + tokenizer_path + "' has " + std::to_string(sp.pieces.size()) + " pieces, the model's vocabulary " +
+    throw InputError("the tokenizer has " + std::to_string(sp.pieces.size()) + " pieces, the model's vocabulary " +
                      std::to_string(s.vocab));
-
-  GgufWriter w;
   w.set("general.architecture", std::string("llama"));
   w.set("general.name", name);
   w.set("general.file_type", file_type(recipe));
@@ -111,18 +105,30 @@ inline void convert_llama2c_to_gguf(const std::string& model_path, const std::st
   w.set("tokenizer.ggml.add_eos_token", false);
   w.set("tokenizer.ggml.add_space_prefix", sp.add_dummy_prefix);
   w.set("tokenizer.ggml.remove_extra_whitespaces", sp.remove_extra_whitespaces);
+}
 
-  for (const auto& t : tensors) {
-    std::int64_t layer = -1;
-    if (t.name.rfind("blk.", 0) == 0) layer = std::stoll(t.name.substr(4));
-    const DType type = t.dims.size() == 1 ? DType::F32 : tensor_type(recipe, t.name, t.dims[0], layer, s.layers, shared);
-    std::int64_t rows = 1;
-    for (std::size_t i = 1; i < t.dims.size(); ++i) rows *= t.dims[i];
-    std::vector<std::byte> bytes(static_cast<std::size_t>(row_bytes(type, t.dims[0]) * rows));
-    for (std::int64_t r = 0; r < rows; ++r)
-      quant::quantize_row(type, t.data + r * t.dims[0], t.dims[0], bytes.data() + r * row_bytes(type, t.dims[0]));
-    w.add_tensor(t.name, type, t.dims, std::move(bytes));
-  }
+// One tensor of f32 values, in the recipe's type for it.
+inline void add_converted_tensor(GgufWriter& w, ConvertRecipe recipe, const std::string& name, const std::vector<std::int64_t>& dims,
+                                 const float* data, std::int64_t layers, bool tied_output) {
+  std::int64_t layer = -1;
+  if (name.rfind("blk.", 0) == 0) layer = std::stoll(name.substr(4));
+  const DType type = dims.size() == 1 ? DType::F32 : tensor_type(recipe, name, dims[0], layer, layers, tied_output);
+  std::int64_t rows = 1;
+  for (std::size_t i = 1; i < dims.size(); ++i) rows *= dims[i];
+  std::vector<std::byte> bytes(static_cast<std::size_t>(row_bytes(type, dims[0]) * rows));
+  for (std::int64_t r = 0; r < rows; ++r)
+    quant::quantize_row(type, data + r * dims[0], dims[0], bytes.data() + r * row_bytes(type, dims[0]));
+  w.add_tensor(name, type, dims, std::move(bytes));
+}
+
+inline void convert_llama2c_to_gguf(const std::string& model_path, const std::string& tokenizer_path,
+                                    const std::string& out_path, ConvertRecipe recipe, const std::string& name = "llama") {
+  const MappedFile f(model_path);
+  bool shared = true;
+  const ModelShape s = read_llama2c_shape(f, &shared);
+  GgufWriter w;
+  write_llama_metadata(w, s, SentencePieceModel::read(tokenizer_path), recipe, name);
+  for (const auto& t : llama2c_tensors(f)) add_converted_tensor(w, recipe, t.name, t.dims, t.data, s.layers, shared);
   w.write(out_path);
 }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "streamllm/memory.hpp"
 
@@ -17,38 +18,64 @@ struct QuantizedActivations {
   AlignedVector<std::int8_t> q;    // [rows][cols]
   AlignedVector<float> d;          // [rows][blocks]
   AlignedVector<std::int32_t> sum; // [rows][blocks]: sum of the block's quants
+  // Per pair of blocks, as the VNNI kernels consume them (16 lanes, 8 per
+  // block): the two scales, and minus the two sums / 8 (see x86_avx512.hpp).
+  std::size_t pairs = 0;
+  AlignedVector<float> d_lanes;           // [rows][pairs][16]
+  AlignedVector<std::int32_t> sum_lanes;  // [rows][pairs][16]
 
   const std::int8_t* q_row(std::size_t r) const { return q.data() + r * cols; }
   const float* d_row(std::size_t r) const { return d.data() + r * blocks; }
   const std::int32_t* sum_row(std::size_t r) const { return sum.data() + r * blocks; }
+  const float* d_lanes_row(std::size_t r) const { return d_lanes.data() + r * pairs * 16; }
+  const std::int32_t* sum_lanes_row(std::size_t r) const { return sum_lanes.data() + r * pairs * 16; }
 };
+
+// Round half away from zero, the same way in the scalar and vector code.
+inline std::int8_t round_to_int8(float v) { return static_cast<std::int8_t>(std::trunc(v + std::copysign(0.5f, v))); }
+
+// One block of 32: the quants, and returns {scale, sum of quants}.
+inline std::pair<float, std::int32_t> quantize_block(const float* v, std::int8_t* q) {
+  float amax = 0;
+  for (int j = 0; j < 32; ++j) amax = std::max(amax, std::abs(v[j]));
+  const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+  std::int32_t s = 0;
+  for (int j = 0; j < 32; ++j) s += q[j] = round_to_int8(v[j] * id);
+  return {d, s};
+}
+
+// Quantises block b of row r with `block` (scalar, or a vector twin with the
+// same results), then lays out the per-pair lanes.
+template <class BlockFn>
+inline void quantize_activations_with(const float* x, std::size_t ldx, std::size_t rows, std::size_t cols,
+                                      QuantizedActivations& out, BlockFn&& block) {
+  out.rows = rows;
+  out.cols = cols;
+  out.blocks = cols / 32;
+  out.pairs = out.blocks / 2;
+  grow(out.q, rows * cols);
+  grow(out.d, rows * out.blocks);
+  grow(out.sum, rows * out.blocks);
+  grow(out.d_lanes, rows * out.pairs * 16);
+  grow(out.sum_lanes, rows * out.pairs * 16);
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t b = 0; b < out.blocks; ++b) {
+      const auto [d, s] = block(x + r * ldx + b * 32, out.q.data() + r * cols + b * 32);
+      out.d[r * out.blocks + b] = d;
+      out.sum[r * out.blocks + b] = s;
+      if (b / 2 < out.pairs)
+        for (std::size_t l = 0; l < 8; ++l) {
+          const std::size_t at = (r * out.pairs + b / 2) * 16 + (b % 2) * 8 + l;
+          out.d_lanes[at] = d;
+          out.sum_lanes[at] = -s;
+        }
+    }
+}
 
 // x[rows][ldx] (cols used, a multiple of 32) -> out.
 inline void quantize_activations(const float* x, std::size_t ldx, std::size_t rows, std::size_t cols,
                                  QuantizedActivations& out) {
-  out.rows = rows;
-  out.cols = cols;
-  out.blocks = cols / 32;
-  grow(out.q, rows * cols);
-  grow(out.d, rows * out.blocks);
-  grow(out.sum, rows * out.blocks);
-  for (std::size_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * ldx;
-    for (std::size_t b = 0; b < out.blocks; ++b) {
-      const float* v = xr + b * 32;
-      float amax = 0;
-      for (int j = 0; j < 32; ++j) amax = std::max(amax, std::abs(v[j]));
-      const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
-      std::int8_t* q = out.q.data() + r * cols + b * 32;
-      std::int32_t s = 0;
-      for (int j = 0; j < 32; ++j) {
-        q[j] = static_cast<std::int8_t>(std::lrint(v[j] * id));
-        s += q[j];
-      }
-      out.d[r * out.blocks + b] = d;
-      out.sum[r * out.blocks + b] = s;
-    }
-  }
+  quantize_activations_with(x, ldx, rows, cols, out, quantize_block);
 }
 
 }  // namespace streamllm::kernels

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <utility>
 
 #include "streamllm/kernels/simd.hpp"
@@ -21,6 +22,20 @@
 #include "streamllm/memory.hpp"
 
 namespace streamllm::kernels {
+
+// dst[j][i] = src[i][j] for rows x cols, in 16 x 16 tiles so that both sides
+// stay within a few cache lines (a plain loop over one side strides through
+// memory and misses on every element).
+template <class T>
+inline void transpose(const T* src, std::size_t src_ld, std::size_t rows, std::size_t cols, T* dst, std::size_t dst_ld) {
+  constexpr std::size_t kTile = 16;
+  for (std::size_t i0 = 0; i0 < rows; i0 += kTile)
+    for (std::size_t j0 = 0; j0 < cols; j0 += kTile) {
+      const std::size_t i1 = std::min(rows, i0 + kTile), j1 = std::min(cols, j0 + kTile);
+      for (std::size_t i = i0; i < i1; ++i)
+        for (std::size_t j = j0; j < j1; ++j) dst[j * dst_ld + i] = src[i * src_ld + j];
+    }
+}
 
 // f32 tiles. Accumulators kRows x 2 vectors plus 3 working registers: 27 of
 // AVX-512's 32, 15 of the 16 that SSE and AVX2 have.
@@ -40,12 +55,9 @@ struct GemmF32 {
     for (std::size_t g = 0; g < groups; ++g) {
       float* dst = xp + g * k * kTok;
       const std::size_t valid = std::min(kTok, n - g * kTok);
-      for (std::size_t t = 0; t < valid; ++t) {
-        const float* src = x + (g * kTok + t) * ldx;
-        for (std::size_t kk = 0; kk < k; ++kk) dst[kk * kTok + t] = src[kk];
-      }
-      for (std::size_t t = valid; t < kTok; ++t)
-        for (std::size_t kk = 0; kk < k; ++kk) dst[kk * kTok + t] = 0.f;
+      transpose(x + g * kTok * ldx, ldx, valid, k, dst, kTok);
+      for (std::size_t kk = 0; kk < k; ++kk)
+        for (std::size_t t = valid; t < kTok; ++t) dst[kk * kTok + t] = 0.f;
     }
   }
 
@@ -81,19 +93,28 @@ struct GemmF32 {
                          float* c, std::size_t ldc, bool accumulate, std::index_sequence<MR...>) {
     ((rows == MR + 1 ? micro<MR + 1>(w, ldw, xp, kc, c, ldc, accumulate) : void()), ...);
   }
-};
 
-// Weight rows read in place (their type is the kernel's).
-template <class T>
-struct InPlaceRows {
-  const T* w;
-  std::size_t ldw;  // elements between rows
-  std::pair<const T*, std::size_t> block(std::size_t r0, std::size_t, std::size_t k0, std::size_t,
-                                         AlignedVector<T>&) const {
-    return {w + r0 * ldw + k0, ldw};
+  // yt [rows][ld] (tokens along rows) -> y [n][ldy].
+  static void unpack(const float* yt, std::size_t ld, std::size_t rows, std::size_t n, float* y, std::size_t ldy) {
+    transpose(yt, ld, rows, n, y, ldy);
   }
 };
-using F32RowSource = InPlaceRows<float>;
+
+// Weight rows of the kernel's own type, copied a block at a time into a
+// compact buffer: read in place, rows a whole matrix row apart would fall
+// into the same few cache sets and be fetched from DRAM inside the kernel.
+template <class T>
+struct CopyRows {
+  const T* w;
+  std::size_t ldw;  // elements between rows
+  std::pair<const T*, std::size_t> block(std::size_t r0, std::size_t rows, std::size_t k0, std::size_t kc,
+                                         AlignedVector<T>& scratch) const {
+    T* out = grow(scratch, rows * kc);
+    for (std::size_t i = 0; i < rows; ++i) std::memcpy(out + i * kc, w + (r0 + i) * ldw + k0, kc * sizeof(T));
+    return {out, kc};
+  }
+};
+using F32RowSource = CopyRows<float>;
 
 // y[n][ldy] = x[n][ldx] * W^T, W given by a row source of m rows x k columns.
 // Source::block(r0, rows, k0, kc, scratch) returns that block's values in the
@@ -127,8 +148,7 @@ inline void gemm(const Source& src, std::size_t m, std::size_t k, const float* x
       }
     }
     // Each thread transposes its own rows back to token-major order.
-    for (std::size_t j = 0; j < n; ++j)
-      for (std::size_t r = rb; r < re; ++r) y[j * ldy + r] = ytp[r * n_pad + j];
+    K::unpack(ytp + rb * n_pad, n_pad, re - rb, n, y + rb, ldy);
   });
 }
 

@@ -9,50 +9,37 @@
 
 namespace streamllm::kernels {
 
-// Four rows at a time against NT tokens: each weight vector loaded once is
-// used NT times, and the 4 x NT accumulators hide the FMA latency.
+// How far ahead of the loads the prefetches run: about the bytes that must be
+// in flight to cover DRAM latency at full bandwidth on one core.
+inline constexpr std::size_t kGemvPrefetchBytes = 2048;
+
+// Rows one after the other (one sequential stream, which the hardware
+// prefetcher follows; software prefetch covers the start of each next row),
+// each against NT tokens, so each weight vector loaded serves every token.
+// Two accumulators per token hide the FMA latency.
 template <int NT>
-inline void gemv_f32_rows(const float* w, std::size_t ldw, std::size_t k, const float* x,
-                          std::size_t ldx, float* y, std::size_t ldy, std::size_t r0,
-                          std::size_t r1) {
-  constexpr int R = 4;
-  const std::size_t full = r0 + (r1 - r0) / R * R;  // rows in whole groups of R
-  for (std::size_t r = r0; r < full; r += R) {
-    Batch acc[R][NT];
-    for (auto& a : acc)
-      for (auto& b : a) b = Batch(0.f);
+inline void gemv_f32_rows(const float* w, std::size_t ldw, std::size_t k, const float* x, std::size_t ldx, float* y,
+                          std::size_t ldy, std::size_t r0, std::size_t r1) {
+  const std::size_t kend = k / (2 * kLanes) * (2 * kLanes);
+  for (std::size_t r = r0; r < r1; ++r) {
     const float* wr = w + r * ldw;
-    const std::size_t kend = vector_end(k);
+    Batch acc0[NT], acc1[NT];
+    for (int j = 0; j < NT; ++j) acc0[j] = acc1[j] = Batch(0.f);
     std::size_t kk = 0;
-    for (; kk < kend; kk += kLanes) {
-      Batch xv[NT];
+    for (; kk < kend; kk += 2 * kLanes) {
+      if (kk % 32 == 0) __builtin_prefetch(reinterpret_cast<const char*>(wr + kk) + kGemvPrefetchBytes);
+      const Batch w0 = load(wr + kk), w1 = load(wr + kk + kLanes);
 #pragma GCC unroll 4
-      for (int j = 0; j < NT; ++j) xv[j] = load(x + static_cast<std::size_t>(j) * ldx + kk);
-#pragma GCC unroll 4
-      for (int i = 0; i < R; ++i) {
-        const Batch wv = load(wr + static_cast<std::size_t>(i) * ldw + kk);
-#pragma GCC unroll 4
-        for (int j = 0; j < NT; ++j) acc[i][j] = xsimd::fma(wv, xv[j], acc[i][j]);
+      for (int j = 0; j < NT; ++j) {
+        const float* xj = x + static_cast<std::size_t>(j) * ldx + kk;
+        acc0[j] = xsimd::fma(w0, load(xj), acc0[j]);
+        acc1[j] = xsimd::fma(w1, load(xj + kLanes), acc1[j]);
       }
     }
-    for (int i = 0; i < R; ++i)
-      for (int j = 0; j < NT; ++j) {
-        float s = xsimd::hadd(acc[i][j]);
-        const float* wi = wr + static_cast<std::size_t>(i) * ldw;
-        const float* xj = x + static_cast<std::size_t>(j) * ldx;
-        for (std::size_t t = kk; t < k; ++t) s += wi[t] * xj[t];
-        y[static_cast<std::size_t>(j) * ldy + r + static_cast<std::size_t>(i)] = s;
-      }
-  }
-  for (std::size_t r = full; r < r1; ++r) {  // leftover rows, one at a time
-    const float* wr = w + r * ldw;
     for (int j = 0; j < NT; ++j) {
       const float* xj = x + static_cast<std::size_t>(j) * ldx;
-      Batch acc(0.f);
-      std::size_t kk = 0;
-      for (const std::size_t kend = vector_end(k); kk < kend; kk += kLanes) acc = xsimd::fma(load(wr + kk), load(xj + kk), acc);
-      float s = xsimd::hadd(acc);
-      for (; kk < k; ++kk) s += wr[kk] * xj[kk];
+      float s = xsimd::hadd(acc0[j] + acc1[j]);
+      for (std::size_t t = kk; t < k; ++t) s += wr[t] * xj[t];
       y[static_cast<std::size_t>(j) * ldy + r] = s;
     }
   }

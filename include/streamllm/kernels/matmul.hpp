@@ -8,7 +8,7 @@
 //   F16         widened to f32, FMA                   converted to f32 per block, f32 tiles
 //   BF16        widened to f32, FMA                   bf16 tiles, vdpbf16ps
 //   Q8_0, Q4_0  int8 activations, vpdpbusd            dequantised to bf16 per block, bf16 tiles
-//   Q4_K, Q6_K  dequantised row, f32 dot              dequantised to bf16 per block, bf16 tiles
+//   Q4_K, Q6_K  super-blocks dequantised in L1, FMA   dequantised to bf16 per block, bf16 tiles
 // Without AVX-512 BF16/VNNI (or forced to Isa::Portable) every type takes the
 // xsimd paths: f32 FMA over dequantised rows, and f32 tiles.
 #pragma once
@@ -73,25 +73,30 @@ inline void gemv(const TensorView& w, const float* x, std::size_t n, std::size_t
         return parallel_ranges(m, 4, work, [&](std::size_t r0, std::size_t r1) {
           with_token_count(n, [&]<int NT>() {
             if (w.type == DType::F16)
-              avx512::gemv_rows<avx512::WidenKernel, avx512::F16Row, NT>(r0, r1, w.data, stride, k, x, ldx, y, ldy);
+              avx512::gemv_widen_rows<avx512::F16Row, NT>(r0, r1, w.data, stride, k, x, ldx, y, ldy);
             else
-              avx512::gemv_rows<avx512::WidenKernel, avx512::BF16Row, NT>(r0, r1, w.data, stride, k, x, ldx, y, ldy);
+              avx512::gemv_widen_rows<avx512::BF16Row, NT>(r0, r1, w.data, stride, k, x, ldx, y, ldy);
           });
         });
       case DType::Q8_0:
       case DType::Q4_0: {
         static thread_local QuantizedActivations xa;
-        quantize_activations(x, ldx, n, k, xa);
+        avx512::quantize_activations_avx512(x, ldx, n, k, xa);
         const QuantizedActivations* xap = &xa;
         return parallel_ranges(m, 4, work, [&](std::size_t r0, std::size_t r1) {
           with_token_count(n, [&]<int NT>() {
             if (w.type == DType::Q8_0)
-              avx512::gemv_rows<avx512::Int8Kernel, avx512::Q8_0Row, NT>(r0, r1, w.data, stride, xap, y, ldy);
+              avx512::gemv_int8_rows<avx512::Q8_0Row, NT>(r0, r1, w.data, stride, xap, y, ldy);
             else
-              avx512::gemv_rows<avx512::Int8Kernel, avx512::Q4_0Row, NT>(r0, r1, w.data, stride, xap, y, ldy);
+              avx512::gemv_int8_rows<avx512::Q4_0Row, NT>(r0, r1, w.data, stride, xap, y, ldy);
           });
         });
       }
+      case DType::Q4_K:
+      case DType::Q6_K:
+        return parallel_ranges(m, 4, work, [&](std::size_t r0, std::size_t r1) {
+          with_token_count(n, [&]<int NT>() { avx512::gemv_kquant_rows<NT>(w.type, r0, r1, w.data, stride, k, x, ldx, y, ldy); });
+        });
       default: break;
     }
   }
@@ -158,7 +163,7 @@ inline void gemm_typed(const TensorView& w, const float* x, std::size_t n, std::
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
   if (isa == Isa::Avx512Bf16Vnni && w.type != DType::F16 && k % 2 == 0) {
     if (w.type == DType::BF16)
-      return gemm<avx512::GemmBf16>(InPlaceRows<std::uint16_t>{reinterpret_cast<const std::uint16_t*>(w.data), k}, m, k,
+      return gemm<avx512::GemmBf16>(CopyRows<std::uint16_t>{reinterpret_cast<const std::uint16_t*>(w.data), k}, m, k,
                                     x, ldx, n, y, ldy);
     return gemm<avx512::GemmBf16>(DequantRowsBf16{&w}, m, k, x, ldx, n, y, ldy);
   }

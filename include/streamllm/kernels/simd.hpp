@@ -6,6 +6,7 @@
 #include <xsimd/xsimd.hpp>
 
 #include <cstddef>
+#include <type_traits>
 
 namespace streamllm::kernels {
 
@@ -19,6 +20,32 @@ inline void store(float* p, const Batch& b) { b.store_unaligned(p); }
 // End of the whole vectors in n values: loops run [0, vector_end) by vectors
 // and [vector_end, n) one by one.
 inline constexpr std::size_t vector_end(std::size_t n) { return n - n % kLanes; }
+
+// Lane i of the result: the sum of rows[i]'s lanes (a transposing reduction).
+// xsimd 8.1's haddp returns AVX-512 results with lanes 2-3 / 4-5 and 10-11 /
+// 12-13 swapped; feeding it the rows in that order undoes the swap.
+// Not inlined: GCC 12 reports its AVX-512 shuffles' "undefined" sources as
+// uninitialised wherever they are inlined (bug 105593), and the pragma below
+// only covers this body.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#define STREAMLLM_SUM_EACH_POP
+#endif
+[[gnu::noinline]] inline Batch sum_each(const Batch* rows) {
+  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
+    static constexpr std::size_t perm[16] = {0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15};
+    Batch r[16];
+    for (std::size_t i = 0; i < 16; ++i) r[perm[i]] = rows[i];
+    return xsimd::haddp(r);
+  } else {
+    return xsimd::haddp(rows);
+  }
+}
+#ifdef STREAMLLM_SUM_EACH_POP
+#pragma GCC diagnostic pop
+#undef STREAMLLM_SUM_EACH_POP
+#endif
 
 // Name of the instruction set the xsimd kernels were compiled for.
 inline const char* simd_arch_name() { return Arch::name(); }

@@ -18,6 +18,7 @@
 
 #include "streamllm/dtype.hpp"
 #include "streamllm/kernels/activations_q8.hpp"
+#include "streamllm/kernels/gemm.hpp"
 #include "streamllm/quant/blocks.hpp"
 
 #define STREAMLLM_AVX512 \
@@ -70,44 +71,70 @@ struct BF16Row {
   }
 };
 
-// R rows from row r, against NT tokens: y[t][r + i] = W[r + i] . x[t].
-template <class Row, int R, int NT>
-STREAMLLM_AVX512 inline void gemv_widen_rows(const std::byte* w, std::size_t row_bytes, std::size_t k,
-                                             const float* x, std::size_t ldx, float* y, std::size_t ldy,
-                                             std::size_t r) {
-  __m512 acc[R][NT];
-  for (int i = 0; i < R; ++i)
-    for (int t = 0; t < NT; ++t) acc[i][t] = _mm512_setzero_ps();
-  const std::byte* rows = w + r * row_bytes;
+// Decode streams the weights once, front to back: rows are read one after
+// the other (one sequential stream, which the hardware prefetcher follows),
+// with a software prefetch this far ahead for the first lines of each row.
+inline constexpr std::size_t kPrefetchBytes = 2048;
+
+STREAMLLM_AVX512 inline void prefetch_ahead(const std::byte* p, std::size_t bytes) {
+  for (std::size_t off = 0; off < bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T0);
+}
+
+// Row r against NT tokens: y[t][r] = W[r] . x[t]. Two accumulators per token
+// hide the FMA latency.
+template <class Row, int NT>
+STREAMLLM_AVX512 inline void gemv_widen_row(const std::byte* w, std::size_t row_bytes, std::size_t k, const float* x,
+                                            std::size_t ldx, float* y, std::size_t ldy, std::size_t r) {
+  __m512 acc[2][NT];
+  for (int t = 0; t < NT; ++t) acc[0][t] = acc[1][t] = _mm512_setzero_ps();
+  const std::byte* row = w + r * row_bytes;
+  prefetch_ahead(row + row_bytes + kPrefetchBytes - 256, 256);
   std::size_t kk = 0;
-  for (; kk + 16 <= k; kk += 16) {
-    __m512 xv[NT];
-    for (int t = 0; t < NT; ++t) xv[t] = _mm512_loadu_ps(x + static_cast<std::size_t>(t) * ldx + kk);
-    for (int i = 0; i < R; ++i) {
-      const __m512 wv = Row::load(rows + static_cast<std::size_t>(i) * row_bytes, kk);
-      for (int t = 0; t < NT; ++t) acc[i][t] = _mm512_fmadd_ps(wv, xv[t], acc[i][t]);
+  for (; kk + 32 <= k; kk += 32) {
+    if (kk % 128 == 0) _mm_prefetch(reinterpret_cast<const char*>(row + 2 * kk + kPrefetchBytes), _MM_HINT_T0);
+    const __m512 w0 = Row::load(row, kk), w1 = Row::load(row, kk + 16);
+    for (int t = 0; t < NT; ++t) {
+      const float* xt = x + static_cast<std::size_t>(t) * ldx + kk;
+      acc[0][t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xt), acc[0][t]);
+      acc[1][t] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xt + 16), acc[1][t]);
     }
   }
-  if (kk < k) {
-    const auto m = static_cast<__mmask16>((1u << (k - kk)) - 1);
-    __m512 xv[NT];
-    for (int t = 0; t < NT; ++t) xv[t] = _mm512_maskz_loadu_ps(m, x + static_cast<std::size_t>(t) * ldx + kk);
-    for (int i = 0; i < R; ++i) {
-      const __m512 wv = Row::load_tail(rows + static_cast<std::size_t>(i) * row_bytes, kk, m);
-      for (int t = 0; t < NT; ++t) acc[i][t] = _mm512_fmadd_ps(wv, xv[t], acc[i][t]);
-    }
+  for (; kk < k; kk += 16) {
+    const auto m = static_cast<__mmask16>(k - kk >= 16 ? 0xFFFF : (1u << (k - kk)) - 1);
+    const __m512 wv = Row::load_tail(row, kk, m);
+    for (int t = 0; t < NT; ++t)
+      acc[0][t] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x + static_cast<std::size_t>(t) * ldx + kk), acc[0][t]);
   }
-  for (int i = 0; i < R; ++i)
-    for (int t = 0; t < NT; ++t) y[static_cast<std::size_t>(t) * ldy + r + static_cast<std::size_t>(i)] = hsum(acc[i][t]);
+  for (int t = 0; t < NT; ++t) y[static_cast<std::size_t>(t) * ldy + r] = hsum(_mm512_add_ps(acc[0][t], acc[1][t]));
+}
+
+// quantize_block, vectorised, with the same rounding (half away from zero).
+STREAMLLM_AVX512 inline std::pair<float, std::int32_t> quantize_block_avx512(const float* v, std::int8_t* q) {
+  const __m512 a = _mm512_loadu_ps(v), b = _mm512_loadu_ps(v + 16);
+  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
+  const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+  const __m512 vid = _mm512_set1_ps(id), half = _mm512_set1_ps(0.5f);
+  const __m512 sa = _mm512_mul_ps(a, vid), sb = _mm512_mul_ps(b, vid);
+  // v + copysign(0.5, v), truncated
+  const __m512i qa = _mm512_cvttps_epi32(_mm512_add_ps(sa, _mm512_or_ps(half, _mm512_and_ps(sa, _mm512_set1_ps(-0.0f)))));
+  const __m512i qb = _mm512_cvttps_epi32(_mm512_add_ps(sb, _mm512_or_ps(half, _mm512_and_ps(sb, _mm512_set1_ps(-0.0f)))));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtepi32_epi8(qa));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtepi32_epi8(qb));
+  return {d, _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb))};
+}
+
+STREAMLLM_AVX512 inline void quantize_activations_avx512(const float* x, std::size_t ldx, std::size_t rows, std::size_t cols,
+                                                         QuantizedActivations& out) {
+  quantize_activations_with(x, ldx, rows, cols, out, quantize_block_avx512);
 }
 
 // ---- Q8_0 / Q4_0 rows x int8 activations (VNNI) -------------------------------
 //
 // vpdpbusd multiplies unsigned by signed bytes, so weights are made unsigned:
 // Q8_0 as q + 128, Q4_0 as its raw nibble (q + 8). The offset times the sum
-// of the activation block is taken back by starting each int32 lane from
-// -offset * sum / 8 (8 lanes per block of 32). Two blocks fill a zmm; each
-// half is scaled by its own dw * dx.
+// of the activation block is taken back by starting each of the block's 8
+// int32 lanes from -offset * sum / 8 = -sum << kOffsetShift. Two blocks fill
+// a zmm; each half is scaled by its own dw * dx.
 
 STREAMLLM_AVX512 inline __m512 pair_ps(float a, float b) {
   return _mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(b), 1);
@@ -122,7 +149,7 @@ STREAMLLM_AVX512 inline __m512 pair_f16(std::uint16_t a, std::uint16_t b) {
 
 struct Q8_0Row {
   using Block = quant::BlockQ8_0;
-  static constexpr std::int32_t kOffsetPerLane = 16;  // 128 / 8
+  static constexpr int kOffsetShift = 4;  // offset 128 = 8 lanes x 2^4
   STREAMLLM_AVX512 static __m512i unsigned_pair(const Block* b) {
     const __m512i q = _mm512_inserti64x4(
         _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[0].qs))),
@@ -138,7 +165,7 @@ struct Q8_0Row {
 
 struct Q4_0Row {
   using Block = quant::BlockQ4_0;
-  static constexpr std::int32_t kOffsetPerLane = 1;  // 8 / 8
+  static constexpr int kOffsetShift = 0;  // offset 8 = 8 lanes x 2^0
   STREAMLLM_AVX512 static __m512i unsigned_pair(const Block* b) {
     const __m256i v = _mm256_inserti128_si256(
         _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b[0].qs))),
@@ -155,67 +182,160 @@ struct Q4_0Row {
   }
 };
 
-template <class Row, int R, int NT>
-STREAMLLM_AVX512 inline void gemv_int8_rows(const std::byte* w, std::size_t row_bytes, const QuantizedActivations& xa,
-                                            float* y, std::size_t ldy, std::size_t r) {
+// One pair of blocks of row `row` against token t: the scaled partial sums
+// (16 lanes) to add to that token's accumulator.
+template <class Row>
+STREAMLLM_AVX512 inline __m512 int8_pair(const typename Row::Block* blk, __m512i u, __m512 dw, const QuantizedActivations& xa,
+                                         std::size_t t, std::size_t pair) {
+  const __m512i xq = _mm512_loadu_si512(xa.q_row(t) + pair * 64);
+  const __m512 xd = _mm512_load_ps(xa.d_lanes_row(t) + pair * 16);
+  __m512i corr = _mm512_load_si512(xa.sum_lanes_row(t) + pair * 16);
+  if constexpr (Row::kOffsetShift != 0) corr = _mm512_slli_epi32(corr, Row::kOffsetShift);
+  (void)blk;
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(corr, u, xq)), _mm512_mul_ps(dw, xd));
+}
+
+// Row r against NT tokens of int8 activations. Two pairs of blocks per step,
+// each into its own accumulator, hide the dpbusd -> convert -> add latency.
+template <class Row, int NT>
+STREAMLLM_AVX512 inline void gemv_int8_row(const std::byte* w, std::size_t row_bytes, const QuantizedActivations& xa,
+                                           float* y, std::size_t ldy, std::size_t r) {
   using Block = typename Row::Block;
   const std::size_t nb = xa.blocks;
-  __m512 acc[R][NT];
-  for (int i = 0; i < R; ++i)
-    for (int t = 0; t < NT; ++t) acc[i][t] = _mm512_setzero_ps();
-  const Block* rows[R];
-  for (int i = 0; i < R; ++i) rows[i] = reinterpret_cast<const Block*>(w + (r + static_cast<std::size_t>(i)) * row_bytes);
+  __m512 acc0[NT], acc1[NT];
+  for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
+  const std::byte* bytes = w + r * row_bytes;
+  const Block* row = reinterpret_cast<const Block*>(bytes);
   std::size_t b = 0;
-  for (; b + 2 <= nb; b += 2) {
-    __m512i xq[NT], corr[NT];
-    __m512 xd[NT];
+  for (; b + 4 <= nb; b += 4) {
+    // A line prefetched per 64 bytes consumed keeps kPrefetchBytes in flight
+    // (past this row's end: the next row follows in memory).
+    prefetch_ahead(bytes + b * sizeof(Block) + kPrefetchBytes, 4 * sizeof(Block));
+    const __m512i u0 = Row::unsigned_pair(row + b), u1 = Row::unsigned_pair(row + b + 2);
+    const __m512 d0 = pair_f16(row[b].d, row[b + 1].d), d1 = pair_f16(row[b + 2].d, row[b + 3].d);
     for (int t = 0; t < NT; ++t) {
-      const auto tt = static_cast<std::size_t>(t);
-      xq[t] = _mm512_loadu_si512(xa.q_row(tt) + b * 32);
-      xd[t] = pair_ps(xa.d_row(tt)[b], xa.d_row(tt)[b + 1]);
-      corr[t] = pair_epi32(-Row::kOffsetPerLane * xa.sum_row(tt)[b], -Row::kOffsetPerLane * xa.sum_row(tt)[b + 1]);
-    }
-    for (int i = 0; i < R; ++i) {
-      const Block* blk = rows[i] + b;
-      _mm_prefetch(reinterpret_cast<const char*>(blk + 16), _MM_HINT_T0);
-      const __m512i u = Row::unsigned_pair(blk);
-      const __m512 dw = pair_f16(blk[0].d, blk[1].d);
-      for (int t = 0; t < NT; ++t)
-        acc[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(corr[t], u, xq[t])), _mm512_mul_ps(dw, xd[t]), acc[i][t]);
+      acc0[t] = _mm512_add_ps(acc0[t], int8_pair<Row>(row + b, u0, d0, xa, static_cast<std::size_t>(t), b / 2));
+      acc1[t] = _mm512_add_ps(acc1[t], int8_pair<Row>(row + b + 2, u1, d1, xa, static_cast<std::size_t>(t), b / 2 + 1));
     }
   }
-  for (int i = 0; i < R; ++i)
-    for (int t = 0; t < NT; ++t) {
-      const auto tt = static_cast<std::size_t>(t);
-      float s = hsum(acc[i][t]);
-      if (b < nb)  // an odd last block
-        s += f16_to_f32(rows[i][b].d) * xa.d_row(tt)[b] * static_cast<float>(Row::scalar_dot(rows[i][b], xa.q_row(tt) + b * 32));
-      y[tt * ldy + r + static_cast<std::size_t>(i)] = s;
-    }
+  if (b + 2 <= nb) {
+    const __m512i u0 = Row::unsigned_pair(row + b);
+    const __m512 d0 = pair_f16(row[b].d, row[b + 1].d);
+    for (int t = 0; t < NT; ++t) acc0[t] = _mm512_add_ps(acc0[t], int8_pair<Row>(row + b, u0, d0, xa, static_cast<std::size_t>(t), b / 2));
+    b += 2;
+  }
+  for (int t = 0; t < NT; ++t) {
+    const auto tt = static_cast<std::size_t>(t);
+    float s = hsum(_mm512_add_ps(acc0[t], acc1[t]));
+    if (b < nb)  // an odd last block
+      s += f16_to_f32(row[b].d) * xa.d_row(tt)[b] * static_cast<float>(Row::scalar_dot(row[b], xa.q_row(tt) + b * 32));
+    y[tt * ldy + r] = s;
+  }
 }
 
-// Rows [r0, r1) in groups of 4, then one by one.
-template <template <class, int, int> class Kernel, class Row, int NT, class... Args>
-inline void gemv_rows(std::size_t r0, std::size_t r1, Args&&... args) {
-  std::size_t r = r0;
-  for (; r + 4 <= r1; r += 4) Kernel<Row, 4, NT>::run(args..., r);
-  for (; r < r1; ++r) Kernel<Row, 1, NT>::run(args..., r);
+// Rows [r0, r1), one after the other.
+template <class Row, int NT>
+STREAMLLM_AVX512 inline void gemv_widen_rows(std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
+                                             std::size_t k, const float* x, std::size_t ldx, float* y, std::size_t ldy) {
+  for (std::size_t r = r0; r < r1; ++r) gemv_widen_row<Row, NT>(w, row_bytes, k, x, ldx, y, ldy, r);
+}
+template <class Row, int NT>
+STREAMLLM_AVX512 inline void gemv_int8_rows(std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
+                                            const QuantizedActivations* xa, float* y, std::size_t ldy) {
+  for (std::size_t r = r0; r < r1; ++r) gemv_int8_row<Row, NT>(w, row_bytes, *xa, y, ldy, r);
 }
 
-template <class Row, int R, int NT>
-struct WidenKernel {
-  STREAMLLM_AVX512 static void run(const std::byte* w, std::size_t row_bytes, std::size_t k, const float* x,
-                                   std::size_t ldx, float* y, std::size_t ldy, std::size_t r) {
-    gemv_widen_rows<Row, R, NT>(w, row_bytes, k, x, ldx, y, ldy, r);
+// ---- K-quants: super-blocks of 256 dequantised in registers -------------------
+
+// 16 unsigned (or signed) bytes to 16 floats.
+STREAMLLM_AVX512 inline __m512 u8_to_ps(__m128i v) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v)); }
+STREAMLLM_AVX512 inline __m512 i8_to_ps(__m128i v) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)); }
+
+STREAMLLM_AVX512 inline void dequantize_q4k(const quant::BlockQ4K& b, float* y) {
+  const float d = _cvtsh_ss(b.d), dmin = _cvtsh_ss(b.dmin);
+  const __m256i mask = _mm256_set1_epi8(0x0F);
+  for (int c = 0; c < 4; ++c) {
+    std::uint8_t sc0, m0, sc1, m1;
+    quant::q4k_scale_min(2 * c, b.scales, sc0, m0);
+    quant::q4k_scale_min(2 * c + 1, b.scales, sc1, m1);
+    const __m512 d0 = _mm512_set1_ps(d * sc0), o0 = _mm512_set1_ps(dmin * m0);
+    const __m512 d1 = _mm512_set1_ps(d * sc1), o1 = _mm512_set1_ps(dmin * m1);
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * c));
+    const __m256i lo = _mm256_and_si256(q, mask), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+    float* o = y + 64 * c;
+    _mm512_storeu_ps(o, _mm512_fmsub_ps(d0, u8_to_ps(_mm256_castsi256_si128(lo)), o0));
+    _mm512_storeu_ps(o + 16, _mm512_fmsub_ps(d0, u8_to_ps(_mm256_extracti128_si256(lo, 1)), o0));
+    _mm512_storeu_ps(o + 32, _mm512_fmsub_ps(d1, u8_to_ps(_mm256_castsi256_si128(hi)), o1));
+    _mm512_storeu_ps(o + 48, _mm512_fmsub_ps(d1, u8_to_ps(_mm256_extracti128_si256(hi, 1)), o1));
   }
-};
-template <class Row, int R, int NT>
-struct Int8Kernel {
-  STREAMLLM_AVX512 static void run(const std::byte* w, std::size_t row_bytes, const QuantizedActivations* xa,
-                                   float* y, std::size_t ldy, std::size_t r) {
-    gemv_int8_rows<Row, R, NT>(w, row_bytes, *xa, y, ldy, r);
+}
+
+STREAMLLM_AVX512 inline void dequantize_q6k(const quant::BlockQ6K& b, float* y) {
+  const float d = _cvtsh_ss(b.d);
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03), off = _mm256_set1_epi8(32);
+  for (int n = 0; n < 2; ++n) {
+    const std::uint8_t* ql = b.ql + 64 * n;
+    const std::uint8_t* qh = b.qh + 32 * n;
+    const std::int8_t* sc = b.scales + 8 * n;
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
+    auto high = [&](int shift) {  // ((h >> shift) & 3) << 4, bytewise
+      return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, shift), m2), 4);
+    };
+    const __m256i q[4] = {
+        _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(a, m4), high(0)), off),
+        _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(c, m4), high(2)), off),
+        _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4), high(4)), off),
+        _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), m4), high(6)), off)};
+    for (int i = 0; i < 4; ++i) {  // elements 128n + 32i + [0, 32): sub-blocks sc[2i], sc[2i + 1]
+      float* o = y + 128 * n + 32 * i;
+      _mm512_storeu_ps(o, _mm512_mul_ps(_mm512_set1_ps(d * sc[2 * i]), i8_to_ps(_mm256_castsi256_si128(q[i]))));
+      _mm512_storeu_ps(o + 16, _mm512_mul_ps(_mm512_set1_ps(d * sc[2 * i + 1]), i8_to_ps(_mm256_extracti128_si256(q[i], 1))));
+    }
   }
-};
+}
+
+// Whole row of K-quant super-blocks to f32.
+STREAMLLM_AVX512 inline void dequantize_row_kquant(DType t, const std::byte* src, std::size_t cols, float* y) {
+  if (t == DType::Q4_K)
+    for (std::size_t i = 0; i < cols / 256; ++i) dequantize_q4k(reinterpret_cast<const quant::BlockQ4K*>(src)[i], y + 256 * i);
+  else
+    for (std::size_t i = 0; i < cols / 256; ++i) dequantize_q6k(reinterpret_cast<const quant::BlockQ6K*>(src)[i], y + 256 * i);
+}
+
+// Row r of a K-quant matrix against NT tokens: each super-block is
+// dequantised into L1, then multiplied with every token.
+template <int NT>
+STREAMLLM_AVX512 inline void gemv_kquant_row(DType t, const std::byte* w, std::size_t row_bytes, std::size_t k, const float* x,
+                                             std::size_t ldx, float* y, std::size_t ldy, std::size_t r) {
+  alignas(64) float buf[256];
+  __m512 acc0[NT], acc1[NT];
+  for (int j = 0; j < NT; ++j) acc0[j] = acc1[j] = _mm512_setzero_ps();
+  const std::byte* row = w + r * row_bytes;
+  const std::size_t block_bytes = t == DType::Q4_K ? sizeof(quant::BlockQ4K) : sizeof(quant::BlockQ6K);
+  for (std::size_t sb = 0; sb < k / 256; ++sb) {
+    prefetch_ahead(row + sb * block_bytes + kPrefetchBytes, block_bytes);
+    if (t == DType::Q4_K)
+      dequantize_q4k(reinterpret_cast<const quant::BlockQ4K*>(row)[sb], buf);
+    else
+      dequantize_q6k(reinterpret_cast<const quant::BlockQ6K*>(row)[sb], buf);
+    for (int j = 0; j < NT; ++j) {
+      const float* xj = x + static_cast<std::size_t>(j) * ldx + 256 * sb;
+      for (int e = 0; e < 256; e += 32) {
+        acc0[j] = _mm512_fmadd_ps(_mm512_load_ps(buf + e), _mm512_loadu_ps(xj + e), acc0[j]);
+        acc1[j] = _mm512_fmadd_ps(_mm512_load_ps(buf + e + 16), _mm512_loadu_ps(xj + e + 16), acc1[j]);
+      }
+    }
+  }
+  for (int j = 0; j < NT; ++j) y[static_cast<std::size_t>(j) * ldy + r] = hsum(_mm512_add_ps(acc0[j], acc1[j]));
+}
+
+template <int NT>
+STREAMLLM_AVX512 inline void gemv_kquant_rows(DType t, std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
+                                              std::size_t k, const float* x, std::size_t ldx, float* y, std::size_t ldy) {
+  for (std::size_t r = r0; r < r1; ++r) gemv_kquant_row<NT>(t, w, row_bytes, k, x, ldx, y, ldy, r);
+}
 
 // ---- BF16 tiled matrix-matrix (prefill) ----------------------------------------
 //
@@ -258,40 +378,28 @@ STREAMLLM_AVX512 inline void gemm_bf16_micro_rows(std::size_t rows, const std::u
   ((rows == MR + 1 ? gemm_bf16_micro<MR + 1>(w, ldw, xp, kc, c, ldc, accumulate) : void()), ...);
 }
 
-// x [n][ldx] (k even) -> groups of 32 tokens as bf16 pairs [group][k/2][32][2].
-STREAMLLM_AVX512 inline void pack_tokens_bf16(const float* x, std::size_t ldx, std::size_t n, std::size_t k,
-                                              std::uint16_t* xp) {
-  const std::size_t groups = (n + kBf16Tok - 1) / kBf16Tok;
-  auto* out = reinterpret_cast<std::uint32_t*>(xp);
-  for (std::size_t g = 0; g < groups; ++g) {
-    std::uint32_t* dst = out + g * (k / 2) * kBf16Tok;
-    for (std::size_t t = 0; t < kBf16Tok; ++t) {
-      const std::size_t tok = g * kBf16Tok + t;
-      if (tok >= n) {
-        for (std::size_t p = 0; p < k / 2; ++p) dst[p * kBf16Tok + t] = 0;
-        continue;
-      }
-      const float* src = x + tok * ldx;
-      std::size_t p = 0;
-      for (; p + 16 <= k / 2; p += 16) {  // 32 floats -> 16 bf16 pairs, scattered 32 tokens apart
-        const __m512bh h = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + 2 * p + 16), _mm512_loadu_ps(src + 2 * p));
-        const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                               _mm512_set1_epi32(static_cast<int>(kBf16Tok)));
-        _mm512_i32scatter_epi32(dst + p * kBf16Tok + t, idx, (__m512i)h, 4);
-      }
-      for (; p < k / 2; ++p)
-        dst[p * kBf16Tok + t] = static_cast<std::uint32_t>(f32_to_bf16(src[2 * p])) |
-                                static_cast<std::uint32_t>(f32_to_bf16(src[2 * p + 1])) << 16;
-    }
-  }
-}
-
 // n floats -> bf16 (round to nearest even).
 STREAMLLM_AVX512 inline void f32_to_bf16_row(const float* src, std::size_t n, std::uint16_t* dst) {
   std::size_t i = 0;
   for (; i + 32 <= n; i += 32)
     _mm512_storeu_si512(dst + i, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + i + 16), _mm512_loadu_ps(src + i)));
   for (; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
+}
+
+// x [n][ldx] (k even) -> groups of 32 tokens as bf16 pairs [group][k/2][32][2]:
+// each token row to bf16, then pairs (as 32-bit words) transposed in tiles.
+inline void pack_tokens_bf16(const float* x, std::size_t ldx, std::size_t n, std::size_t k, std::uint16_t* xp) {
+  const std::size_t groups = (n + kBf16Tok - 1) / kBf16Tok;
+  static thread_local AlignedVector<std::uint16_t> rows;
+  std::uint16_t* tmp = grow(rows, kBf16Tok * k);
+  for (std::size_t g = 0; g < groups; ++g) {
+    const std::size_t valid = std::min(kBf16Tok, n - g * kBf16Tok);
+    for (std::size_t t = 0; t < valid; ++t) f32_to_bf16_row(x + (g * kBf16Tok + t) * ldx, k, tmp + t * k);
+    auto* dst = reinterpret_cast<std::uint32_t*>(xp) + g * (k / 2) * kBf16Tok;
+    transpose(reinterpret_cast<const std::uint32_t*>(tmp), k / 2, valid, k / 2, dst, kBf16Tok);
+    for (std::size_t p = 0; p < k / 2; ++p)
+      for (std::size_t t = valid; t < kBf16Tok; ++t) dst[p * kBf16Tok + t] = 0;
+  }
 }
 
 // n halves -> f32.
@@ -309,7 +417,7 @@ STREAMLLM_AVX512 inline void dequantize_row_bf16(DType t, const std::byte* src, 
   if (t == DType::Q8_0) {
     const auto* b = reinterpret_cast<const quant::BlockQ8_0*>(src);
     for (std::size_t i = 0; i < cols / 32; ++i) {
-      const __m512 d = _mm512_set1_ps(f16_to_f32(b[i].d));
+      const __m512 d = _mm512_set1_ps(_cvtsh_ss(b[i].d));
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs));
       const __m512 lo = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))));
       const __m512 hi = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))));
@@ -321,7 +429,7 @@ STREAMLLM_AVX512 inline void dequantize_row_bf16(DType t, const std::byte* src, 
     const auto* b = reinterpret_cast<const quant::BlockQ4_0*>(src);
     const __m128i m = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
     for (std::size_t i = 0; i < cols / 32; ++i) {
-      const __m512 d = _mm512_set1_ps(f16_to_f32(b[i].d));
+      const __m512 d = _mm512_set1_ps(_cvtsh_ss(b[i].d));
       const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs));
       const __m128i lo = _mm_sub_epi8(_mm_and_si128(v, m), eight);
       const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), m), eight);
@@ -331,8 +439,48 @@ STREAMLLM_AVX512 inline void dequantize_row_bf16(DType t, const std::byte* src, 
     }
     return;
   }
-  quant::dequantize_row(t, src, static_cast<std::int64_t>(cols), tmp);
+  if (t == DType::Q4_K || t == DType::Q6_K)
+    dequantize_row_kquant(t, src, cols, tmp);
+  else
+    quant::dequantize_row(t, src, static_cast<std::int64_t>(cols), tmp);
   f32_to_bf16_row(tmp, cols, dst);
+}
+
+// 16 x 16 floats transposed in registers (unpack, then 128-bit lane shuffles).
+STREAMLLM_AVX512 inline void transpose16x16(const float* src, std::size_t src_ld, float* dst, std::size_t dst_ld) {
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + static_cast<std::size_t>(i) * src_ld);
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4)
+    for (int j = 0; j < 2; ++j) {
+      r[i + j] = _mm512_shuffle_ps(t[i + j], t[i + j + 2], _MM_SHUFFLE(1, 0, 1, 0));
+      r[i + j + 2] = _mm512_shuffle_ps(t[i + j], t[i + j + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+  // r[4q + c] now holds, in each 128-bit lane L, column 4L + c' of rows 4q..4q+3
+  for (int i = 0; i < 16; i += 8)
+    for (int j = 0; j < 4; ++j) {
+      t[i + j] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], _MM_SHUFFLE(2, 0, 2, 0));
+      t[i + j + 4] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], _MM_SHUFFLE(3, 1, 3, 1));
+    }
+  for (int j = 0; j < 8; ++j) {
+    r[j] = _mm512_shuffle_f32x4(t[j], t[j + 8], _MM_SHUFFLE(2, 0, 2, 0));
+    r[j + 8] = _mm512_shuffle_f32x4(t[j], t[j + 8], _MM_SHUFFLE(3, 1, 3, 1));
+  }
+  static constexpr int order[16] = {0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15};
+  for (int c = 0; c < 16; ++c) _mm512_storeu_ps(dst + static_cast<std::size_t>(c) * dst_ld, r[order[c]]);
+}
+
+// dst[j][i] = src[i][j], 16 x 16 blocks in registers, the edges element by element.
+STREAMLLM_AVX512 inline void transpose_f32(const float* src, std::size_t src_ld, std::size_t rows, std::size_t cols, float* dst,
+                                           std::size_t dst_ld) {
+  const std::size_t R = rows / 16 * 16, C = cols / 16 * 16;
+  for (std::size_t i = 0; i < R; i += 16)
+    for (std::size_t j = 0; j < C; j += 16) transpose16x16(src + i * src_ld + j, src_ld, dst + j * dst_ld + i, dst_ld);
+  if (R < rows) transpose(src + R * src_ld, src_ld, rows - R, cols, dst + R, dst_ld);
+  if (C < cols) transpose(src + C, src_ld, R, cols - C, dst + C * dst_ld, dst_ld);
 }
 
 // The bf16 tile policy of the shared gemm driver (gemm.hpp).
@@ -354,6 +502,9 @@ struct GemmBf16 {
   static void micro_rows(std::size_t rows, const std::uint16_t* w, std::size_t ldw, const std::uint16_t* xp,
                          std::size_t kc, float* c, std::size_t ldc, bool accumulate, std::index_sequence<MR...> seq) {
     gemm_bf16_micro_rows(rows, w, ldw, xp, kc, c, ldc, accumulate, seq);
+  }
+  static void unpack(const float* yt, std::size_t ld, std::size_t rows, std::size_t n, float* y, std::size_t ldy) {
+    transpose_f32(yt, ld, rows, n, y, ldy);
   }
 };
 

@@ -1,0 +1,84 @@
+// Kernel micro-benchmarks against this machine's limits: matrix-vector per
+// weight type (GB/s of weights read; a matrix far larger than the caches, and
+// one that stays in L2 to show the kernel's own speed) and the tiled
+// matrix-matrix product per type (GFLOP/s, 512 tokens).
+#include <map>
+#include <random>
+#include <tuple>
+
+#include "bench_support.hpp"
+#include "streamllm/kernels/matmul.hpp"
+
+namespace {
+
+using namespace streamllm;
+
+struct Matrix {
+  AlignedVector<std::byte> bytes;
+  TensorView view;
+};
+
+// A rows x cols matrix of random weights (std 0.02) in a type, built once.
+const Matrix& matrix(DType t, std::int64_t rows, std::int64_t cols) {
+  static std::map<std::tuple<int, std::int64_t, std::int64_t>, Matrix> cache;
+  auto key = std::make_tuple(static_cast<int>(t), rows, cols);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  Matrix m;
+  m.bytes.resize(static_cast<std::size_t>(row_bytes(t, cols) * rows));
+  std::vector<float> row(static_cast<std::size_t>(cols));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    bench::fill_normal(row.data(), row.size(), 0.02f, static_cast<std::uint64_t>(r + 1));
+    quant::quantize_row(t, row.data(), cols, m.bytes.data() + r * row_bytes(t, cols));
+  }
+  m.view = TensorView::dense(t, m.bytes.data(), rows, cols);
+  return cache.emplace(key, std::move(m)).first->second;
+}
+
+const DType kTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K};
+
+// args: threads, rows (cols = 2048)
+void gemv(benchmark::State& state, DType t) {
+  bench::set_threads(state);
+  const Matrix& m = matrix(t, state.range(1), 2048);
+  std::vector<float> x(2048, 0.5f), y(static_cast<std::size_t>(state.range(1)));
+  for (auto _ : state) {
+    kernels::matmul(m.view, x.data(), 1, 2048, y.data(), y.size());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(m.view.bytes()) * static_cast<double>(state.iterations()) / 1e9,
+                                              benchmark::Counter::kIsRate);
+}
+
+// args: threads (5632 x 2048 weights, 512 tokens)
+void gemm(benchmark::State& state, DType t) {
+  bench::set_threads(state);
+  constexpr std::size_t n = 512, k = 2048;
+  const Matrix& m = matrix(t, 5632, static_cast<std::int64_t>(k));
+  std::vector<float> x(n * k), y(n * 5632);
+  bench::fill_normal(x.data(), x.size(), 1.0f, 7);
+  for (auto _ : state) {
+    kernels::matmul(m.view, x.data(), n, k, y.data(), 5632);
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * n * k * 5632 * static_cast<double>(state.iterations()) / 1e9,
+                                                 benchmark::Counter::kIsRate);
+}
+
+void register_all() {
+  for (DType t : kTypes) {
+    const std::string name(dtype_name(t));
+    benchmark::RegisterBenchmark(("Gemv/" + name).c_str(), [t](benchmark::State& s) { gemv(s, t); })
+        ->ArgsProduct({{1, 2}, {65536, 128}})->ArgNames({"threads", "rows"})->UseRealTime()->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark(("Gemm512/" + name).c_str(), [t](benchmark::State& s) { gemm(s, t); })
+        ->ArgsProduct({{1, 2}})->ArgNames({"threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  register_all();
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+}

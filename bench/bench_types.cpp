@@ -1,0 +1,96 @@
+// TinyLlama-1.1B shape, random weights (std 0.02) in each weight type, written
+// through our GGUF writer: prefill (pp128, pp512) and decode (tg128 from an
+// empty cache, and 32 tokens at depth 1024), 1 and 2 threads.
+//
+// Counters: tok/s; decode GB/s = bytes of the weight matrices x tok/s;
+// prefill GFLOP/s = 2 x matmul parameters x tok/s.
+//
+//   bench_types --benchmark_filter='Q4_0'      (files go to $TMPDIR/streamllm-bench)
+#include <chrono>
+#include <map>
+#include <memory>
+#include <random>
+
+#include "bench_support.hpp"
+
+namespace {
+
+using namespace streamllm;
+using Tiny = presets::TinyLlama1B;
+using Clock = std::chrono::steady_clock;
+
+// One model loaded at a time: the files are 0.6 to 4.4 GB each.
+Llama<Tiny>& model(const std::string& type) {
+  static std::string loaded;
+  static std::unique_ptr<Llama<Tiny>> m;
+  if (loaded != type) {
+    m.reset();
+    m = std::make_unique<Llama<Tiny>>(load_llama<Tiny>(bench::random_gguf_model<Tiny>("tinyllama", type)));
+    loaded = type;
+  }
+  return *m;
+}
+
+std::vector<TokenId> tokens(std::size_t n) {
+  std::mt19937 gen(3);
+  std::vector<TokenId> t(n);
+  for (auto& x : t) x = static_cast<TokenId>(gen() % 31000) + 3;
+  t[0] = 1;
+  return t;
+}
+
+// args: threads, prompt tokens
+void prefill(benchmark::State& state, const std::string& type) {
+  auto& m = model(type);
+  bench::set_threads(state);
+  const auto n = static_cast<std::size_t>(state.range(1));
+  const auto ids = tokens(n);
+  auto cache = std::make_unique<KVCache<Tiny>>();
+  for (auto _ : state) {
+    cache->clear();
+    benchmark::DoNotOptimize(m.prefill(ids, *cache).data());
+  }
+  const double tok = static_cast<double>(n * state.iterations());
+  state.counters["tok/s"] = benchmark::Counter(tok, benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(tok * 2 * bench::matmul_params<Tiny>() / 1e9, benchmark::Counter::kIsRate);
+}
+
+// args: threads, depth, steps. The cache is refilled to `depth` (not timed)
+// before each timed run of `steps` decode steps.
+void decode(benchmark::State& state, const std::string& type) {
+  auto& m = model(type);
+  bench::set_threads(state);
+  const auto depth = static_cast<std::size_t>(state.range(1)), steps = static_cast<std::size_t>(state.range(2));
+  const auto ids = tokens(depth + steps + 1);
+  auto cache = std::make_unique<KVCache<Tiny>>();
+  for (auto _ : state) {
+    cache->clear();
+    if (depth > 0) m.prefill({ids.data(), depth}, *cache);
+    const auto t0 = Clock::now();
+    for (std::size_t i = 0; i < steps; ++i) benchmark::DoNotOptimize(m.decode(ids[depth + i], *cache).data());
+    state.SetIterationTime(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  const double tok = static_cast<double>(steps * state.iterations());
+  state.counters["tok/s"] = benchmark::Counter(tok, benchmark::Counter::kIsRate);
+  state.counters["GB/s"] = benchmark::Counter(tok * bench::weight_bytes_per_token(m.weights()) / 1e9, benchmark::Counter::kIsRate);
+}
+
+void register_all() {
+  for (const char* t : {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k_m"}) {
+    const std::string type = t;
+    benchmark::RegisterBenchmark(("Prefill/" + type).c_str(), [type](benchmark::State& s) { prefill(s, type); })
+        ->ArgsProduct({{1, 2}, {128, 512}})->ArgNames({"threads", "tokens"})->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(2);
+    benchmark::RegisterBenchmark(("Decode/" + type).c_str(), [type](benchmark::State& s) { decode(s, type); })
+        ->Args({1, 0, 128})->Args({2, 0, 128})->Args({1, 1024, 32})->Args({2, 1024, 32})
+        ->ArgNames({"threads", "depth", "steps"})->Unit(benchmark::kMillisecond)->UseManualTime()->Iterations(1);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  register_all();
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+}
