@@ -68,7 +68,7 @@ void register_all() {
   for (DType t : kTypes) {
     const std::string name(dtype_name(t));
     benchmark::RegisterBenchmark(("Gemv/" + name).c_str(), [t](benchmark::State& s) { gemv(s, t); })
-        ->ArgsProduct({{1, 2}, {65536, 128}})->ArgNames({"threads", "rows"})->UseRealTime()->Unit(benchmark::kMicrosecond);
+        ->ArgsProduct({{1, 2}, {65536, 5632, 2048, 128}})->ArgNames({"threads", "rows"})->UseRealTime()->Unit(benchmark::kMicrosecond);
     benchmark::RegisterBenchmark(("Gemm512/" + name).c_str(), [t](benchmark::State& s) { gemm(s, t); })
         ->ArgsProduct({{1, 2}})->ArgNames({"threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
   }

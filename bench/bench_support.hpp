@@ -22,6 +22,13 @@ inline std::filesystem::path data_dir() {
   return STREAMLLM_DEFAULT_DATA_DIR;
 }
 
+// STREAMLLM_BENCH_NO_MMAP=1: weights read into huge-page memory (compare
+// with llama-bench -mmp 0); otherwise mapped (llama-bench's default).
+inline streamllm::LoadMode load_mode() {
+  const char* v = std::getenv("STREAMLLM_BENCH_NO_MMAP");
+  return v && *v == '1' ? streamllm::LoadMode::InMemory : streamllm::LoadMode::Mapped;
+}
+
 inline std::filesystem::path scratch_dir() {
   const char* tmp = std::getenv("TMPDIR");
   auto dir = std::filesystem::path(tmp && *tmp ? tmp : "/tmp") / "streamllm-bench";

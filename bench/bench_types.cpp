@@ -25,8 +25,13 @@ Llama<Tiny>& model(const std::string& type) {
   static std::unique_ptr<Llama<Tiny>> m;
   if (loaded != type) {
     m.reset();
-    m = std::make_unique<Llama<Tiny>>(load_llama<Tiny>(bench::random_gguf_model<Tiny>("tinyllama", type)));
+    m = std::make_unique<Llama<Tiny>>(load_llama<Tiny>(bench::random_gguf_model<Tiny>("tinyllama", type), bench::load_mode()));
     loaded = type;
+    // Fault every weight page in before anything is timed (llama-bench warms up too).
+    KVCache<Tiny> warm(8);
+    const std::vector<TokenId> ids{1, 2, 3};
+    m->prefill(ids, warm);
+    m->decode(4, warm);
   }
   return *m;
 }

@@ -3,7 +3,7 @@
 set -euo pipefail
 packages=(build-essential cmake pkg-config clang libomp-dev
   libeigen3-dev libxsimd-dev xtl-dev libsentencepiece-dev
-  catch2 libbenchmark-dev libcli11-dev nlohmann-json3-dev)
+  catch2 libbenchmark-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

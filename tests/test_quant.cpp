@@ -91,7 +91,7 @@ TEST_CASE("typed matrix kernels equal the exact product, on both paths and every
     for (std::int64_t cols : {block * 3, std::int64_t(1024 + (block == 32 ? 96 : 256))}) {
       const std::int64_t rows = 37;
       const Matrix m(t, normal(static_cast<std::size_t>(rows * cols), 4, 0.05f), rows, cols);
-      for (std::size_t n : {1, 2, 3, 4, 5, 33, 70}) {
+      for (std::size_t n : {1, 2, 3, 4, 5, 9, 16, 17, 33, 70}) {
         const std::size_t ldx = static_cast<std::size_t>(cols) + 5, ldy = static_cast<std::size_t>(rows) + 3;
         const auto x = normal(n * ldx, 5);
         std::vector<float> want(n * ldy), bound(n * ldy);
@@ -110,8 +110,9 @@ TEST_CASE("typed matrix kernels equal the exact product, on both paths and every
           if (isa == k::Isa::Avx512Bf16Vnni && !has_fast_path()) continue;
           std::vector<float> got(n * ldy, 0.0f);
           k::matmul(m.view, x.data(), n, ldx, got.data(), ldy, isa);
-          const bool int8_acts = n <= k::kMaxGemvTokens && (t == DType::Q8_0 || t == DType::Q4_0);
-          const bool bf16_tiles = n > k::kMaxGemvTokens && isa == k::Isa::Avx512Bf16Vnni && t != DType::F16;
+          const std::size_t limit = k::gemv_token_limit(m.view, isa);
+          const bool int8_acts = n <= limit && (t == DType::Q8_0 || t == DType::Q4_0);
+          const bool bf16_tiles = n > limit && isa == k::Isa::Avx512Bf16Vnni && t != DType::F16;
           const float rel = int8_acts ? 0x1p-6f : bf16_tiles ? 0x1p-7f : 1e-5f;
           for (std::size_t j = 0; j < n; ++j)
             for (std::int64_t r = 0; r < rows; ++r) {

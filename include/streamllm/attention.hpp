@@ -125,15 +125,19 @@ struct Attention {
             e.store_aligned(p);
             st.l[qi] += xsimd::hadd(e);
             float* acc = st.acc[qi];
-            for (std::size_t j = static_cast<std::size_t>(lo); j <= static_cast<std::size_t>(hi); ++j) {
-              const float pj = p[j];
-              const float* v = vb + j * seg.stride;
-              if constexpr (kVectorDot) {
-                for (std::size_t d = 0; d < HeadDim; d += L)
-                  kernels::store(acc + d, xsimd::fma(Batch(pj), kernels::load(v + d), kernels::load(acc + d)));
-              } else {
-                for (int d = 0; d < HeadDim; ++d) acc[d] += pj * v[d];
+            if constexpr (kVectorDot) {
+              // The running sum stays in registers across the block's keys.
+              Batch a[HeadDim / L];
+              for (std::size_t d = 0; d < HeadDim / L; ++d) a[d] = kernels::load(acc + d * L);
+              for (std::size_t j = static_cast<std::size_t>(lo); j <= static_cast<std::size_t>(hi); ++j) {
+                const Batch pj(p[j]);
+                const float* v = vb + j * seg.stride;
+                for (std::size_t d = 0; d < HeadDim / L; ++d) a[d] = xsimd::fma(pj, kernels::load(v + d * L), a[d]);
               }
+              for (std::size_t d = 0; d < HeadDim / L; ++d) kernels::store(acc + d * L, a[d]);
+            } else {
+              for (std::size_t j = static_cast<std::size_t>(lo); j <= static_cast<std::size_t>(hi); ++j)
+                for (int d = 0; d < HeadDim; ++d) acc[d] += p[j] * vb[j * seg.stride + static_cast<std::size_t>(d)];
             }
           }
         }

@@ -14,5 +14,6 @@
 #include "streamllm/model.hpp"
 #include "streamllm/presets.hpp"
 #include "streamllm/sampler.hpp"
+#include "streamllm/scheduler.hpp"
 #include "streamllm/tokenizer.hpp"
 #include "streamllm/weights.hpp"

@@ -102,7 +102,7 @@ inline constexpr std::uint32_t kGgufDefaultAlignment = 32;
 
 class GgufFile {
  public:
-  explicit GgufFile(const std::string& path) : file_(map_file(path)) { parse(); }
+  explicit GgufFile(const std::string& path, LoadMode mode = LoadMode::Mapped) : file_(map_file(path, mode)) { parse(); }
   // Parses a buffer held by the caller (fuzzing, tests); `name` is used in messages.
   GgufFile(const std::byte* data, std::size_t size, std::string name) : name_(std::move(name)), data_(data), size_(size) { parse(); }
 

@@ -44,8 +44,8 @@ struct GgufModelStorage {
 };
 
 template <class Config>
-ModelWeights<Config> load_gguf(const std::string& path) {
-  auto file = std::make_shared<const GgufFile>(path);
+ModelWeights<Config> load_gguf(const std::string& path, LoadMode mode = LoadMode::Mapped) {
+  auto file = std::make_shared<const GgufFile>(path, mode);
   const GgufFile& f = *file;
   ModelShape shape = gguf_shape(f);
   // llama.context_length is the trained context; the template's MaxSeq sizes

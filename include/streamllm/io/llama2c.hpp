@@ -66,8 +66,8 @@ inline std::int64_t llama2c_float_count(const ModelShape& s, bool shared_classif
 }
 
 template <class Config>
-ModelWeights<Config> load_llama2c(const std::string& path) {
-  auto file = map_file(path);
+ModelWeights<Config> load_llama2c(const std::string& path, LoadMode mode = LoadMode::Mapped) {
+  auto file = map_file(path, mode);
   bool shared = true;
   const ModelShape shape = read_llama2c_shape(*file, &shared);
   check_shape<Config>(shape, path);

@@ -39,16 +39,19 @@ inline ModelFileInfo read_model_info(const std::string& path) {
   return {ModelFormat::Llama2c, io::read_llama2c_shape(f)};
 }
 
+using io::LoadMode;
+
 template <class Config>
-ModelWeights<Config> load_weights(const std::string& path) {
-  return detect_format(path) == ModelFormat::Gguf ? io::load_gguf<Config>(path) : io::load_llama2c<Config>(path);
+ModelWeights<Config> load_weights(const std::string& path, LoadMode mode = LoadMode::Mapped) {
+  return detect_format(path) == ModelFormat::Gguf ? io::load_gguf<Config>(path, mode) : io::load_llama2c<Config>(path, mode);
 }
 
 // Maps a checkpoint (llama2.c .bin or GGUF) and checks it against the
-// template: the usual way in.
+// template: the usual way in. LoadMode::InMemory reads it into huge-page
+// memory instead of mapping it.
 template <class Config>
-Llama<Config> load_llama(const std::string& path) {
-  return Llama<Config>(load_weights<Config>(path));
+Llama<Config> load_llama(const std::string& path, LoadMode mode = LoadMode::Mapped) {
+  return Llama<Config>(load_weights<Config>(path, mode));
 }
 
 }  // namespace streamllm

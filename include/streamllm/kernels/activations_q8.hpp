@@ -24,6 +24,18 @@ struct QuantizedActivations {
   AlignedVector<float> d_lanes;           // [rows][pairs][16]
   AlignedVector<std::int32_t> sum_lanes;  // [rows][pairs][16]
 
+  // The rows from t0 on, as the kernels read them.
+  struct Slice {
+    const QuantizedActivations* a;
+    std::size_t t0;
+    std::size_t blocks;
+    const std::int8_t* q_row(std::size_t r) const { return a->q_row(t0 + r); }
+    const float* d_row(std::size_t r) const { return a->d_row(t0 + r); }
+    const float* d_lanes_row(std::size_t r) const { return a->d_lanes_row(t0 + r); }
+    const std::int32_t* sum_lanes_row(std::size_t r) const { return a->sum_lanes_row(t0 + r); }
+  };
+  Slice slice(std::size_t t0) const { return {this, t0, blocks}; }
+
   const std::int8_t* q_row(std::size_t r) const { return q.data() + r * cols; }
   const float* d_row(std::size_t r) const { return d.data() + r * blocks; }
   const std::int32_t* sum_row(std::size_t r) const { return sum.data() + r * blocks; }

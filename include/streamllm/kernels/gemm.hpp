@@ -49,16 +49,13 @@ struct GemmF32 {
   // A weight block of kMc x kKc floats (192 KB) stays in L2 (1 MB).
   static constexpr std::size_t kMc = 16 * kRows;
 
-  // x [n][ldx] -> xp [group][k][kTok], zero padded to whole groups.
-  static void pack(const float* x, std::size_t ldx, std::size_t n, std::size_t k, float* xp) {
-    const std::size_t groups = (n + kTok - 1) / kTok;
-    for (std::size_t g = 0; g < groups; ++g) {
-      float* dst = xp + g * k * kTok;
-      const std::size_t valid = std::min(kTok, n - g * kTok);
-      transpose(x + g * kTok * ldx, ldx, valid, k, dst, kTok);
-      for (std::size_t kk = 0; kk < k; ++kk)
-        for (std::size_t t = valid; t < kTok; ++t) dst[kk * kTok + t] = 0.f;
-    }
+  // Group g of x [n][ldx] -> xp [group][k][kTok], zero padded to whole groups.
+  static void pack_group(const float* x, std::size_t ldx, std::size_t n, std::size_t k, float* xp, std::size_t g) {
+    float* dst = xp + g * k * kTok;
+    const std::size_t valid = std::min(kTok, n - g * kTok);
+    transpose(x + g * kTok * ldx, ldx, valid, k, dst, kTok);
+    for (std::size_t kk = 0; kk < k; ++kk)
+      for (std::size_t t = valid; t < kTok; ++t) dst[kk * kTok + t] = 0.f;
   }
 
   // c[i][0..kTok) (+)= sum_kk w[i][kk] * xp[kk][0..kTok) for MR rows.
@@ -129,7 +126,9 @@ inline void gemm(const Source& src, std::size_t m, std::size_t k, const float* x
   static thread_local AlignedVector<float> yt;
   auto* xp = grow(xpack, groups * k * K::kTok);
   float* ytp = grow(yt, m * n_pad);
-  K::pack(x, ldx, n, k, xp);
+  // Token groups are packed in parallel: with many tokens this is not small.
+#pragma omp parallel for schedule(static) if (n * k >= kMinParallelWork && !omp_in_parallel())
+  for (std::size_t g = 0; g < groups; ++g) K::pack_group(x, ldx, n, k, xp, g);
 
   parallel_ranges(m, K::kRows, m * k * n, [&](std::size_t rb, std::size_t re) {
     static thread_local AlignedVector<typename K::Weight> wscratch;

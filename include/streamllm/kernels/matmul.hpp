@@ -32,12 +32,24 @@
 namespace streamllm::kernels {
 
 // Up to this many tokens, reading each weight row once for all of them in
-// the matrix-vector kernels beats packing them for the tiled kernels.
+// the matrix-vector kernels beats packing them for the tiled kernels. The
+// integer kernels of Q8_0 / Q4_0 go further: batched decode of many
+// sequences stays memory-bound there.
 inline constexpr std::size_t kMaxGemvTokens = 4;
+inline constexpr std::size_t kMaxInt8GemvTokens = 16;
+
+inline std::size_t gemv_token_limit(const TensorView& w, Isa isa) {
+  const bool int8 = (w.type == DType::Q8_0 || w.type == DType::Q4_0) && isa == Isa::Avx512Bf16Vnni;
+  return int8 ? kMaxInt8GemvTokens : kMaxGemvTokens;
+}
+
+// Rows per chunk that threads take in turn in the matrix-vector kernels:
+// about 256 KB of weights, a few tens of microseconds of streaming.
+inline std::size_t gemv_chunk_rows(std::size_t row_bytes) { return std::max<std::size_t>(4, (std::size_t(256) << 10) / row_bytes); }
 
 inline void gemv_f32(const float* w, std::size_t m, std::size_t k, const float* x, std::size_t ldx,
                      std::size_t n, float* y, std::size_t ldy) {
-  parallel_ranges(m, 4, m * k * n, [&](std::size_t r0, std::size_t r1) {
+  parallel_chunks(m, gemv_chunk_rows(k * sizeof(float)), m * k * n, [&](std::size_t r0, std::size_t r1) {
     switch (n) {
       case 1: gemv_f32_rows<1>(w, k, k, x, ldx, y, ldy, r0, r1); break;
       case 2: gemv_f32_rows<2>(w, k, k, x, ldx, y, ldy, r0, r1); break;
@@ -63,14 +75,14 @@ inline void gemv(const TensorView& w, const float* x, std::size_t n, std::size_t
                  Isa isa) {
   const auto m = static_cast<std::size_t>(w.rows), k = static_cast<std::size_t>(w.cols);
   const auto stride = static_cast<std::size_t>(w.row_stride);
-  const std::size_t work = m * k * n;
+  const std::size_t work = m * k * n, chunk = gemv_chunk_rows(stride);
   if (w.type == DType::F32) return gemv_f32(reinterpret_cast<const float*>(w.data), m, k, x, ldx, n, y, ldy);
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
   if (isa == Isa::Avx512Bf16Vnni) {
     switch (w.type) {
       case DType::F16:
       case DType::BF16:
-        return parallel_ranges(m, 4, work, [&](std::size_t r0, std::size_t r1) {
+        return parallel_chunks(m, chunk, work, [&](std::size_t r0, std::size_t r1) {
           with_token_count(n, [&]<int NT>() {
             if (w.type == DType::F16)
               avx512::gemv_widen_rows<avx512::F16Row, NT>(r0, r1, w.data, stride, k, x, ldx, y, ldy);
@@ -83,18 +95,16 @@ inline void gemv(const TensorView& w, const float* x, std::size_t n, std::size_t
         static thread_local QuantizedActivations xa;
         avx512::quantize_activations_avx512(x, ldx, n, k, xa);
         const QuantizedActivations* xap = &xa;
-        return parallel_ranges(m, 4, work, [&](std::size_t r0, std::size_t r1) {
-          with_token_count(n, [&]<int NT>() {
-            if (w.type == DType::Q8_0)
-              avx512::gemv_int8_rows<avx512::Q8_0Row, NT>(r0, r1, w.data, stride, xap, y, ldy);
-            else
-              avx512::gemv_int8_rows<avx512::Q4_0Row, NT>(r0, r1, w.data, stride, xap, y, ldy);
-          });
+        return parallel_chunks(m, chunk, work, [&](std::size_t r0, std::size_t r1) {
+          if (w.type == DType::Q8_0)
+            avx512::gemv_int8_rows<avx512::Q8_0Row>(r0, r1, w.data, stride, xap, n, y, ldy);
+          else
+            avx512::gemv_int8_rows<avx512::Q4_0Row>(r0, r1, w.data, stride, xap, n, y, ldy);
         });
       }
       case DType::Q4_K:
       case DType::Q6_K:
-        return parallel_ranges(m, 4, work, [&](std::size_t r0, std::size_t r1) {
+        return parallel_chunks(m, chunk, work, [&](std::size_t r0, std::size_t r1) {
           with_token_count(n, [&]<int NT>() { avx512::gemv_kquant_rows<NT>(w.type, r0, r1, w.data, stride, k, x, ldx, y, ldy); });
         });
       default: break;
@@ -107,14 +117,14 @@ inline void gemv(const TensorView& w, const float* x, std::size_t n, std::size_t
     // Worker threads must read this thread's activations, not their own
     // thread_local instance: hand them a pointer.
     const QuantizedActivations* xap = &xa;
-    return parallel_ranges(m, 4, work, [&](std::size_t r0, std::size_t r1) {
+    return parallel_chunks(m, chunk, work, [&](std::size_t r0, std::size_t r1) {
       if (w.type == DType::Q8_0)
         portable::gemv_q8_0(w, *xap, n, y, ldy, r0, r1);
       else
         portable::gemv_q4_0(w, *xap, n, y, ldy, r0, r1);
     });
   }
-  parallel_ranges(m, 4, work, [&](std::size_t r0, std::size_t r1) { portable::gemv_dequant(w, x, ldx, n, y, ldy, r0, r1); });
+  parallel_chunks(m, chunk, work, [&](std::size_t r0, std::size_t r1) { portable::gemv_dequant(w, x, ldx, n, y, ldy, r0, r1); });
 }
 
 // Rows of any type converted a block at a time to f32 (the portable tiles).
@@ -183,7 +193,7 @@ inline void matmul_f32(const float* w, std::size_t m, std::size_t k, const float
 inline void matmul(const TensorView& w, const float* x, std::size_t n, std::size_t ldx, float* y, std::size_t ldy,
                    Isa isa = active_isa()) {
   if (n == 0) return;
-  if (n <= kMaxGemvTokens)
+  if (n <= gemv_token_limit(w, isa))
     gemv(w, x, n, ldx, y, ldy, isa);
   else
     gemm_typed(w, x, n, ldx, y, ldy, isa);
