@@ -67,8 +67,6 @@ void server_load(benchmark::State& state) {
   auto pct = [&](double p) { return ttft.empty() ? 0.0 : ttft[std::min(ttft.size() - 1, static_cast<std::size_t>(p * ttft.size()))]; };
   state.counters["requests/s"] = benchmark::Counter(static_cast<double>(clients * kRequestsPerClient * state.iterations()),
                                                     benchmark::Counter::kIsRate);
-  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(clients * kRequestsPerClient * kMaxTokens * state.iterations()),
-                                               benchmark::Counter::kIsRate);
   state.counters["ttft_p50_ms"] = 1e3 * pct(0.50);
   state.counters["ttft_p99_ms"] = 1e3 * pct(0.99);
   srv.stop();

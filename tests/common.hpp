@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -28,6 +30,27 @@ inline std::filesystem::path data_dir() {
   return dir;
 }
 inline std::string model_path(const std::string& name) { return (data_dir() / "models" / name).string(); }
+
+// A scratch folder of this process (temp dir / prefix-pid), removed with
+// everything in it when the object goes (for a static one: at exit), so that
+// test runs leave nothing behind.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& prefix)
+      : path_(std::filesystem::temp_directory_path() / (prefix + "-" + std::to_string(::getpid()))) {
+    std::filesystem::create_directories(path_);
+  }
+  ~ScratchDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
 
 struct Golden {
   std::string name, mode, prompt, text;

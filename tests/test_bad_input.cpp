@@ -12,13 +12,9 @@ using test::Stories;
 namespace {
 
 // A scratch folder of this process, for the files these tests corrupt.
-std::filesystem::path scratch() {
-  static const auto dir = [] {
-    auto d = std::filesystem::temp_directory_path() / ("streamllm-bad-input-" + std::to_string(::getpid()));
-    std::filesystem::create_directories(d);
-    return d;
-  }();
-  return dir;
+const std::filesystem::path& scratch() {
+  static const test::ScratchDir dir("streamllm-bad-input");
+  return dir.path();
 }
 
 std::vector<char> read_all(const std::string& path) {

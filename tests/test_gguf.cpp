@@ -18,13 +18,9 @@ using test::Stories;
 namespace {
 
 // Bytes of a GGUF file to break, in a scratch folder of this process.
-std::filesystem::path scratch() {
-  static const auto dir = [] {
-    auto d = std::filesystem::temp_directory_path() / ("streamllm-gguf-" + std::to_string(::getpid()));
-    std::filesystem::create_directories(d);
-    return d;
-  }();
-  return dir;
+const std::filesystem::path& scratch() {
+  static const test::ScratchDir dir("streamllm-gguf");
+  return dir.path();
 }
 
 // Greedy ids are compared up to the first step whose golden margin (top-1

@@ -107,7 +107,7 @@ inline httplib::Result post_streaming(httplib::Client& client, const std::string
 }
 
 inline json error_body(const std::string& message, int status) {
-  return {{"error", {{"message", message}, {"type", status == 429 ? "rate_limit_error" : "invalid_request_error"}, {"code", status}}}};
+  return {{"error", {{"message", message}, {"type", status == 429 ? "rate_limit_error" : status >= 500 ? "server_error" : "invalid_request_error"}, {"code", status}}}};
 }
 
 inline const char* finish_reason(const streamllm::Completion& c) {
@@ -317,10 +317,12 @@ class CompletionServer {
               choice["message"] = {{"role", "assistant"}, {"content", c.text}};
             else
               choice["text"] = c.text;
-            const std::string out = json{{"id", id}, {"object", chat ? "chat.completion" : "text_completion"}, {"created", now()},
-                                         {"model", opt_.model_name}, {"choices", json::array({choice})},
-                                         {"usage", {{"prompt_tokens", prompt_tokens}, {"completion_tokens", c.tokens.size()},
-                                                    {"total_tokens", prompt_tokens + c.tokens.size()}}}}.dump();
+            json answer = {{"id", id}, {"object", chat ? "chat.completion" : "text_completion"}, {"created", now()},
+                           {"model", opt_.model_name}, {"choices", json::array({choice})},
+                           {"usage", {{"prompt_tokens", prompt_tokens}, {"completion_tokens", c.tokens.size()},
+                                      {"total_tokens", prompt_tokens + c.tokens.size()}}}};
+            if (!c.error.empty()) answer["error"] = error_body(c.error, 500)["error"];  // headers are gone: say it in the body
+            const std::string out = answer.dump();
             sink.write(out.data(), out.size());
             sink.done();
             return true;
@@ -347,7 +349,10 @@ class CompletionServer {
             }
           }
           if (stream->done) {
-            const std::string end = "data: " + chunk(id, chat, "", finish_reason(*stream->done), first).dump() + "\n\ndata: [DONE]\n\n";
+            std::string end;
+            if (!stream->done->error.empty())  // the sequence failed mid-stream: an error event before the end
+              end = "data: " + error_body(stream->done->error, 500).dump() + "\n\n";
+            end += "data: " + chunk(id, chat, "", finish_reason(*stream->done), first).dump() + "\n\ndata: [DONE]\n\n";
             sink.write(end.data(), end.size());
             sink.done();
             return true;

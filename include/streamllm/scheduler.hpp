@@ -113,8 +113,17 @@ class BatchScheduler {
     if (active_.empty()) return false;
     plan();
     if (!batch_.empty()) {
-      const auto logits = model_->forward(batch_);
-      for (std::size_t i = 0; i < batch_.size(); ++i) advance(*in_batch_[i], logits.last(i));
+      try {
+        const auto logits = model_->forward(batch_);
+        for (std::size_t i = 0; i < batch_.size(); ++i) advance(*in_batch_[i], logits.last(i));
+      } catch (const std::exception& e) {
+        // The forward itself failed (out of memory, say): the sequences of
+        // this batch end with the error, the scheduler goes on with the rest.
+        for (Seq* s : in_batch_) {
+          s->result.error = std::string("forward pass failed: ") + e.what();
+          finish(*s, StopReason::Callback);
+        }
+      }
     }
     retire();
     return true;
@@ -308,8 +317,22 @@ class BatchScheduler {
       std::lock_guard lock(mu_);
       active_count_ = active_.size();
     }
-    for (auto& s : ended)
-      if (s->req.on_done) s->req.on_done(s->result);
+    report_all(ended);
+  }
+
+  // Every ended sequence is reported even if an on_done throws; the first
+  // exception is rethrown once all have been.
+  static void report_all(std::vector<std::unique_ptr<Seq>>& ended) {
+    std::exception_ptr first;
+    for (auto& s : ended) {
+      if (!s->req.on_done) continue;
+      try {
+        s->req.on_done(s->result);
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    }
+    if (first) std::rethrow_exception(first);
   }
 
   Llama<Config>* model_;
