@@ -186,24 +186,41 @@ TEST_CASE("malformed requests get 4xx with a JSON error, and the server keeps se
   REQUIRE_THAT(json::parse(too_long->body)["error"]["message"].get<std::string>(), Catch::Contains("tokens"));
   REQUIRE(c.Get("/no/such/path")->status == 404);
 
-  // One sequence at a time and none waiting: a second request while one runs gets 429.
-  std::atomic<bool> started = false;
-  std::thread slow([&] {
-    auto c2 = s.client();
-    const json req = {{"prompt", "Once"}, {"max_tokens", 400}, {"stream", true}};
+  // One sequence at a time and none waiting: a second request while one runs
+  // gets 429. The running one cannot end by itself (sink+window cache, EOS
+  // ignored, no token limit to speak of) until its client hangs up.
+  server::Options one = o;
+  one.window = 60;
+  Running busy_server(one);
+  std::atomic<bool> started = false, checked = false;
+  std::thread endless([&] {
+    auto c2 = busy_server.client();
+    const json req = {{"prompt", "Once"}, {"max_tokens", 1 << 20}, {"ignore_eos", true}, {"stream", true}};
     server::post_streaming(c2, "/v1/completions", req.dump(), [&](const char*, std::size_t) {
       started = true;
-      return true;
+      return !checked;
     });
   });
   while (!started) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  const auto busy = c.Post("/v1/completions", json{{"prompt", "Hi"}, {"max_tokens", 5}}.dump(), "application/json");
+  auto c3 = busy_server.client();
+  const auto busy = c3.Post("/v1/completions", json{{"prompt", "Hi"}, {"max_tokens", 5}}.dump(), "application/json");
+  checked = true;
+  endless.join();
+  REQUIRE(busy);
   REQUIRE(busy->status == 429);
   REQUIRE(json::parse(busy->body)["error"]["type"] == "rate_limit_error");
-  slow.join();
-  REQUIRE(c.Get("/health")->status == 200);
-  const auto fine = c.Post("/v1/completions", json{{"prompt", "Hi"}, {"max_tokens", 5}, {"temperature", 0}}.dump(), "application/json");
-  REQUIRE(fine->status == 200);
+  for (auto* srv : {&s, &busy_server}) {
+    auto ci = srv->client();
+    REQUIRE(ci.Get("/health")->status == 200);
+    // The hung-up sequence has been cancelled, so the slot is free again.
+    int status = 0;
+    for (int i = 0; i < 100 && (status == 0 || status == 429); ++i) {
+      if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      const auto fine = ci.Post("/v1/completions", json{{"prompt", "Hi"}, {"max_tokens", 5}, {"temperature", 0}}.dump(), "application/json");
+      status = fine ? fine->status : 0;
+    }
+    REQUIRE(status == 200);
+  }
 }
 
 TEST_CASE("a streaming client that disconnects cancels its sequence", "[server]") {

@@ -39,9 +39,9 @@ int run(const Options& o) {
   opt.sampling.repetition_penalty = o.repetition_penalty;
   opt.sampling.seed = o.seed;
 
-  std::fprintf(stderr, "model %s (%s), tokenizer %s, %d threads, kernels %s\n", o.model.c_str(),
+  std::fprintf(stderr, "model %s (%s), tokenizer %s, %d threads, kernels %s + %s\n", o.model.c_str(),
                Config::shape().to_string().c_str(), o.tokenizer.c_str(), omp_get_max_threads(),
-               streamllm::kernels::simd_arch_name());
+               streamllm::kernels::simd_arch_name(), streamllm::kernels::to_string(streamllm::kernels::active_isa()));
   const auto res = streamllm::generate(model, tok, *cache, std::string_view(o.prompt), opt,
                                        [](std::string_view piece) {
                                          std::fwrite(piece.data(), 1, piece.size(), stdout);
@@ -49,6 +49,7 @@ int run(const Options& o) {
                                          return true;
                                        });
   std::printf("\n");
+  std::fflush(stdout);  // the text's last line before the stats, also when both go to one terminal
   std::fprintf(stderr,
                "prompt %zu tokens, generated %zu (%s); time to first token %.1f ms, prefill %.1f ms, "
                "decode %.1f tok/s\n",

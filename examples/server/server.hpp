@@ -179,6 +179,7 @@ class CompletionServer {
     p.gen.sampling.top_k = static_cast<int>(integer(body, "top_k", 0, 0, Config::Vocab));
     p.gen.sampling.repetition_penalty = static_cast<float>(number(body, "repetition_penalty", 1.0, 1e-3, 100.0));
     p.gen.sampling.seed = static_cast<std::uint64_t>(integer(body, "seed", 0, 0, std::numeric_limits<std::int64_t>::max()));
+    p.gen.stop_at_eos = !boolean(body, "ignore_eos", false);  // llama.cpp's server has it too
     if (integer(body, "n", 1, 1, 1) != 1) throw BadRequest{400, "'n' must be 1"};
     if (chat) {
       p.gen.continue_text = false;  // the answer is a text of its own
