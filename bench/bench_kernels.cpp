@@ -64,11 +64,33 @@ void gemm(benchmark::State& state, DType t) {
                                                  benchmark::Counter::kIsRate);
 }
 
+// args: threads, rows (cols = 2048), tokens: the matrix-vector kernels at the
+// few tokens of batched decode (each weight read once for all of them);
+// GOP/s against the int8 VNNI (or bf16) peak.
+void gemv_tokens(benchmark::State& state, DType t) {
+  bench::set_threads(state);
+  const auto rows = static_cast<std::size_t>(state.range(1)), n = static_cast<std::size_t>(state.range(2));
+  const Matrix& m = matrix(t, static_cast<std::int64_t>(rows), 2048);
+  std::vector<float> x(n * 2048), y(n * rows);
+  bench::fill_normal(x.data(), x.size(), 1.0f, 3);
+  for (auto _ : state) {
+    kernels::matmul(m.view, x.data(), n, 2048, y.data(), rows);
+    benchmark::ClobberMemory();
+  }
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(m.view.bytes()) * iters / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GOP/s"] = benchmark::Counter(2.0 * static_cast<double>(rows * n) * 2048 * iters / 1e9, benchmark::Counter::kIsRate);
+}
+
 void register_all() {
   for (DType t : kTypes) {
     const std::string name(dtype_name(t));
     benchmark::RegisterBenchmark(("Gemv/" + name).c_str(), [t](benchmark::State& s) { gemv(s, t); })
         ->ArgsProduct({{1, 2}, {65536, 5632, 2048, 128}})->ArgNames({"threads", "rows"})->UseRealTime()->Unit(benchmark::kMicrosecond);
+    if (t == DType::Q8_0 || t == DType::Q4_0 || t == DType::BF16)
+      benchmark::RegisterBenchmark(("GemvTokens/" + name).c_str(), [t](benchmark::State& s) { gemv_tokens(s, t); })
+          ->ArgsProduct({{1, 2}, {5632, 256}, {1, 2, 4, 8, 16}})->ArgNames({"threads", "rows", "tokens"})->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
     benchmark::RegisterBenchmark(("Gemm512/" + name).c_str(), [t](benchmark::State& s) { gemm(s, t); })
         ->ArgsProduct({{1, 2}})->ArgNames({"threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
   }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <utility>
 
 #include "streamllm/memory.hpp"
@@ -23,6 +24,14 @@ struct QuantizedActivations {
   std::size_t pairs = 0;
   AlignedVector<float> d_lanes;           // [rows][pairs][16]
   AlignedVector<std::int32_t> sum_lanes;  // [rows][pairs][16]
+  // Per group of 16 blocks, for the batched-decode kernel (interleave_groups):
+  // the quants interleaved so that lane j (4 bytes) of the group's vector g
+  // holds elements 4g..4g+3 of block group_lane_block(j); then the 16 scales and
+  // minus the 16 sums in the same lane order.
+  std::size_t groups = 0;
+  AlignedVector<std::int8_t> q16;        // [rows][groups][8][16][4]
+  AlignedVector<float> d16;              // [rows][groups][16]
+  AlignedVector<std::int32_t> sum16;     // [rows][groups][16]
 
   // The rows from t0 on, as the kernels read them.
   struct Slice {
@@ -33,6 +42,9 @@ struct QuantizedActivations {
     const float* d_row(std::size_t r) const { return a->d_row(t0 + r); }
     const float* d_lanes_row(std::size_t r) const { return a->d_lanes_row(t0 + r); }
     const std::int32_t* sum_lanes_row(std::size_t r) const { return a->sum_lanes_row(t0 + r); }
+    const std::int8_t* q16_row(std::size_t r) const { return a->q16.data() + (t0 + r) * a->groups * 512; }
+    const float* d16_row(std::size_t r) const { return a->d16.data() + (t0 + r) * a->groups * 16; }
+    const std::int32_t* sum16_row(std::size_t r) const { return a->sum16.data() + (t0 + r) * a->groups * 16; }
   };
   Slice slice(std::size_t t0) const { return {this, t0, blocks}; }
 
@@ -81,6 +93,30 @@ inline void quantize_activations_with(const float* x, std::size_t ldx, std::size
           out.d_lanes[at] = d;
           out.sum_lanes[at] = -s;
         }
+    }
+}
+
+// Lane `lane` of a group holds this block of it; the order is the one the
+// AVX-512 transpose of 16 weight blocks produces (x86_avx512.hpp).
+constexpr std::size_t group_lane_block(std::size_t lane) { return 2 * (lane % 8) + lane / 8; }
+
+// Fills the per-group layout (q16, d16, sum16) from q, d and sum.
+inline void interleave_groups(QuantizedActivations& a) {
+  a.groups = a.blocks / 16;
+  const std::size_t n = a.rows * a.groups;
+  grow(a.q16, n * 512);
+  grow(a.d16, n * 16);
+  grow(a.sum16, n * 16);
+  for (std::size_t r = 0; r < a.rows; ++r)
+    for (std::size_t G = 0; G < a.groups; ++G) {
+      const std::size_t at = r * a.groups + G;
+      for (std::size_t lane = 0; lane < 16; ++lane) {
+        const std::size_t b = 16 * G + group_lane_block(lane);
+        const std::int8_t* src = a.q.data() + r * a.cols + b * 32;
+        for (std::size_t g = 0; g < 8; ++g) std::memcpy(a.q16.data() + at * 512 + g * 64 + lane * 4, src + 4 * g, 4);
+        a.d16[at * 16 + lane] = a.d[r * a.blocks + b];
+        a.sum16[at * 16 + lane] = -a.sum[r * a.blocks + b];
+      }
     }
 }
 

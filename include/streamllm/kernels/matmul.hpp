@@ -94,6 +94,7 @@ inline void gemv(const TensorView& w, const float* x, std::size_t n, std::size_t
       case DType::Q4_0: {
         static thread_local QuantizedActivations xa;
         avx512::quantize_activations_avx512(x, ldx, n, k, xa);
+        if (n > 1) interleave_groups(xa);
         const QuantizedActivations* xap = &xa;
         return parallel_chunks(m, chunk, work, [&](std::size_t r0, std::size_t r1) {
           if (w.type == DType::Q8_0)

@@ -196,18 +196,22 @@ STREAMLLM_AVX512 inline __m512 int8_pair(const typename Row::Block* blk, __m512i
   return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(corr, u, xq)), _mm512_mul_ps(dw, xd));
 }
 
-// Row r against NT tokens of int8 activations. Two pairs of blocks per step,
-// each into its own accumulator, hide the dpbusd -> convert -> add latency.
+// Row r, blocks [b_begin, b_end), against NT tokens of int8 activations;
+// the sums are stored to y, or added to it when `accumulate`. Two pairs of
+// blocks per step, each into its own accumulator, hide the dpbusd ->
+// convert -> add latency. b_begin is a multiple of 4; only the row's last
+// range may end on an odd block.
 template <class Row, int NT>
 STREAMLLM_AVX512 inline void gemv_int8_row(const std::byte* w, std::size_t row_bytes, const QuantizedActivations::Slice& xa,
-                                           float* y, std::size_t ldy, std::size_t r) {
+                                           float* y, std::size_t ldy, std::size_t r, std::size_t b_begin, std::size_t b_end,
+                                           bool accumulate) {
   using Block = typename Row::Block;
-  const std::size_t nb = xa.blocks;
+  const std::size_t nb = b_end;
   __m512 acc0[NT], acc1[NT];
   for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
   const std::byte* bytes = w + r * row_bytes;
   const Block* row = reinterpret_cast<const Block*>(bytes);
-  std::size_t b = 0;
+  std::size_t b = b_begin;
   for (; b + 4 <= nb; b += 4) {
     // A line prefetched per 64 bytes consumed keeps kPrefetchBytes in flight
     // (past this row's end: the next row follows in memory).
@@ -230,7 +234,7 @@ STREAMLLM_AVX512 inline void gemv_int8_row(const std::byte* w, std::size_t row_b
     float s = hsum(_mm512_add_ps(acc0[t], acc1[t]));
     if (b < nb)  // an odd last block
       s += f16_to_f32(row[b].d) * xa.d_row(tt)[b] * static_cast<float>(Row::scalar_dot(row[b], xa.q_row(tt) + b * 32));
-    y[tt * ldy + r] = s;
+    y[tt * ldy + r] = accumulate ? y[tt * ldy + r] + s : s;
   }
 }
 
@@ -240,26 +244,120 @@ STREAMLLM_AVX512 inline void gemv_widen_rows(std::size_t r0, std::size_t r1, con
                                              std::size_t k, const float* x, std::size_t ldx, float* y, std::size_t ldy) {
   for (std::size_t r = r0; r < r1; ++r) gemv_widen_row<Row, NT>(w, row_bytes, k, x, ldx, y, ldy, r);
 }
-// Rows [r0, r1) against n tokens: each row once for up to 8 tokens (a row
-// stays in L1 for the next 8), so batched decode reads the weights once.
+// ---- Batched decode: one lane per block, 16 blocks at a time ---------------
+//
+// With several tokens the per-pair scaling above (convert, scale, add for
+// every pair of blocks and token) costs more than the dot products. Here the
+// weights of 16 blocks are transposed once per row so that each lane belongs
+// to one block, and the activations are interleaved to match
+// (interleave_groups): eight vpdpbusd then finish 16 blocks' dot products for
+// a token, and one convert + one fma scale them. The transpose is paid once
+// for all the tokens.
+
+// a[i] = blocks 2i, 2i+1 (8 dwords each, as unsigned_pair loads them) becomes
+// a[g] = dword g of the 16 blocks, lane L holding block group_lane_block(L).
+// Three butterfly stages, each swapping a bit of the register index with the
+// same bit of the lane index.
+struct TransposeIndex {
+  alignas(64) std::int32_t lo[3][16];
+  alignas(64) std::int32_t hi[3][16];
+};
+constexpr TransposeIndex make_transpose_index() {
+  TransposeIndex t{};
+  for (int k = 0; k < 3; ++k)
+    for (int l = 0; l < 16; ++l) {
+      const int bit = 1 << k, from_second = (l & bit) ? 16 : 0;  // lanes with the bit set come from the partner
+      t.lo[k][l] = from_second + (l & ~bit);
+      t.hi[k][l] = from_second + (l | bit);
+    }
+  return t;
+}
+inline constexpr TransposeIndex kTransposeIndex = make_transpose_index();
+
+STREAMLLM_AVX512 inline void transpose_blocks16(__m512i a[8]) {
+  for (int k = 0; k < 3; ++k) {
+    const int bit = 1 << k;
+    const __m512i ilo = _mm512_load_si512(kTransposeIndex.lo[k]), ihi = _mm512_load_si512(kTransposeIndex.hi[k]);
+    for (int p = 0; p < 8; ++p) {
+      if (p & bit) continue;
+      const __m512i x = a[p], y = a[p | bit];
+      a[p] = _mm512_permutex2var_epi32(x, ilo, y);
+      a[p | bit] = _mm512_permutex2var_epi32(x, ihi, y);
+    }
+  }
+}
+
+// Row r, its first 16 * groups blocks, against NT tokens; stores the sums.
+template <class Row, int NT>
+STREAMLLM_AVX512 inline void gemv_int8_row_groups(const std::byte* w, std::size_t row_bytes, const QuantizedActivations::Slice& xa,
+                                                  float* y, std::size_t ldy, std::size_t r) {
+  using Block = typename Row::Block;
+  constexpr int kShift = Row::kOffsetShift + 3;  // one lane per block: offset x sum = sum << (shift + 3)
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  const Block* row = reinterpret_cast<const Block*>(w + r * row_bytes);
+  const std::size_t groups = xa.a->groups;
+  for (std::size_t G = 0; G < groups; ++G) {
+    const Block* blk = row + 16 * G;
+    if (kPrefetchInt8) prefetch_ahead(reinterpret_cast<const std::byte*>(blk) + kPrefetchBytes, 16 * sizeof(Block));
+    __m512i wq[8];
+    for (int i = 0; i < 8; ++i) wq[i] = Row::unsigned_pair(blk + 2 * i);
+    transpose_blocks16(wq);
+    alignas(32) std::uint16_t dh[16];
+    for (std::size_t l = 0; l < 16; ++l) dh[l] = blk[group_lane_block(l)].d;
+    const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(dh)));
+    for (int t = 0; t < NT; ++t) {
+      const auto tt = static_cast<std::size_t>(t);
+      const std::int8_t* xq = xa.q16_row(tt) + G * 512;
+      // Two chains of four dot products: half the latency of one of eight.
+      __m512i s0 = _mm512_slli_epi32(_mm512_load_si512(xa.sum16_row(tt) + G * 16), kShift), s1 = _mm512_setzero_si512();
+      for (int g = 0; g < 8; g += 2) {
+        s0 = _mm512_dpbusd_epi32(s0, wq[g], _mm512_load_si512(xq + 64 * g));
+        s1 = _mm512_dpbusd_epi32(s1, wq[g + 1], _mm512_load_si512(xq + 64 * (g + 1)));
+      }
+      const __m512 dot = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
+      acc[t] = _mm512_fmadd_ps(dot, _mm512_mul_ps(dw, _mm512_load_ps(xa.d16_row(tt) + G * 16)), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) y[static_cast<std::size_t>(t) * ldy + r] = hsum(acc[t]);
+}
+
+// Calls f.template operator()<NT>() for NT = nt (1..8).
+template <class F>
+STREAMLLM_AVX512 inline void with_tokens8(std::size_t nt, F&& f) {
+  switch (nt) {
+    case 1: f.template operator()<1>(); break;
+    case 2: f.template operator()<2>(); break;
+    case 3: f.template operator()<3>(); break;
+    case 4: f.template operator()<4>(); break;
+    case 5: f.template operator()<5>(); break;
+    case 6: f.template operator()<6>(); break;
+    case 7: f.template operator()<7>(); break;
+    default: f.template operator()<8>(); break;
+  }
+}
+
+// Rows [r0, r1) against n tokens of int8 activations (interleaved when n > 1).
+// One token: the per-pair kernel, which keeps up with memory. Several: each
+// row once for up to 8 tokens (it stays in L1 for them), groups of 16 blocks
+// by the kernel above, the remaining blocks by the per-pair one.
 template <class Row>
 STREAMLLM_AVX512 inline void gemv_int8_rows(std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
                                             const QuantizedActivations* xa, std::size_t n, float* y, std::size_t ldy) {
+  const std::size_t nb = xa->blocks;
+  if (n == 1) {
+    for (std::size_t r = r0; r < r1; ++r) gemv_int8_row<Row, 1>(w, row_bytes, xa->slice(0), y, ldy, r, 0, nb, false);
+    return;
+  }
+  const std::size_t grouped = 16 * xa->groups;
   for (std::size_t r = r0; r < r1; ++r)
     for (std::size_t t0 = 0; t0 < n; t0 += 8) {
-      const std::size_t nt = std::min<std::size_t>(8, n - t0);
       const QuantizedActivations::Slice xs = xa->slice(t0);
       float* yt = y + t0 * ldy;
-      switch (nt) {
-        case 1: gemv_int8_row<Row, 1>(w, row_bytes, xs, yt, ldy, r); break;
-        case 2: gemv_int8_row<Row, 2>(w, row_bytes, xs, yt, ldy, r); break;
-        case 3: gemv_int8_row<Row, 3>(w, row_bytes, xs, yt, ldy, r); break;
-        case 4: gemv_int8_row<Row, 4>(w, row_bytes, xs, yt, ldy, r); break;
-        case 5: gemv_int8_row<Row, 5>(w, row_bytes, xs, yt, ldy, r); break;
-        case 6: gemv_int8_row<Row, 6>(w, row_bytes, xs, yt, ldy, r); break;
-        case 7: gemv_int8_row<Row, 7>(w, row_bytes, xs, yt, ldy, r); break;
-        default: gemv_int8_row<Row, 8>(w, row_bytes, xs, yt, ldy, r); break;
-      }
+      with_tokens8(std::min<std::size_t>(8, n - t0), [&]<int NT>() {
+        gemv_int8_row_groups<Row, NT>(w, row_bytes, xs, yt, ldy, r);
+        if (grouped < nb) gemv_int8_row<Row, NT>(w, row_bytes, xs, yt, ldy, r, grouped, nb, true);
+      });
     }
 }
 
