@@ -223,9 +223,13 @@ class CompletionServer {
     return p;
   }
 
-  std::unique_ptr<streamllm::KVCacheBase<Config>> new_cache() const {
+  // A dense cache holds what the request can use (prompt + max_tokens, at
+  // most MaxSeq), not MaxSeq: for a 1B model that is 2-90 MB per request to
+  // allocate and fault in.
+  std::unique_ptr<streamllm::KVCacheBase<Config>> new_cache(std::size_t prompt_tokens, int max_tokens) const {
     if (opt_.window > 0) return std::make_unique<streamllm::DynamicSinkWindowKVCache<Config>>(opt_.sinks, opt_.window);
-    return std::make_unique<streamllm::KVCache<Config>>();
+    const auto need = static_cast<std::int64_t>(prompt_tokens) + max_tokens;
+    return std::make_unique<streamllm::KVCache<Config>>(std::min<std::int64_t>(Config::MaxSeq, need));
   }
 
   json chunk(const std::string& id, bool chat, const std::string& piece, const char* finish, bool first) const {
@@ -270,7 +274,7 @@ class CompletionServer {
     typename streamllm::BatchScheduler<Config>::Request r;
     const std::size_t prompt_tokens = p.prompt.size();
     r.prompt = std::move(p.prompt);
-    r.cache = new_cache();
+    r.cache = new_cache(prompt_tokens, p.gen.max_new_tokens);
     r.options = p.gen;
     r.on_text = [stream](std::string_view piece) {
       std::lock_guard lock(stream->mu);
