@@ -117,3 +117,15 @@ inline bool valid_utf8(std::string_view s) {
 }  // namespace test
 
 extern template class streamllm::Llama<streamllm::presets::Stories260K>;
+
+namespace test {
+// stories260K and its tokenizer, loaded once for the whole test binary.
+inline streamllm::Llama<Stories>& stories_model() {
+  static streamllm::Llama<Stories> m = streamllm::load_llama<Stories>(model_path("stories260K.bin"));
+  return m;
+}
+inline const streamllm::Tokenizer& stories_tokenizer() {
+  static const streamllm::Tokenizer t(model_path("tok512.model"));
+  return t;
+}
+}  // namespace test

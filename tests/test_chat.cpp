@@ -8,14 +8,8 @@ using test::Stories;
 
 namespace {
 
-Llama<Stories>& model() {
-  static Llama<Stories> m = load_llama<Stories>(test::model_path("stories260K.bin"));
-  return m;
-}
-const Tokenizer& tok() {
-  static const Tokenizer t(test::model_path("tok512.model"));
-  return t;
-}
+Llama<Stories>& model() { return test::stories_model(); }
+const Tokenizer& tok() { return test::stories_tokenizer(); }
 GenerationOptions greedy(int n) {
   GenerationOptions o;
   o.max_new_tokens = n;

@@ -16,10 +16,7 @@ constexpr float kGoldenTolerance = 1e-3f;
 // Batched prefill and one-token decode differ only in summation order.
 constexpr float kPrefillVsDecodeTolerance = 1e-4f;
 
-Llama<Stories>& model() {
-  static Llama<Stories> m = load_llama<Stories>(test::model_path("stories260K.bin"));
-  return m;
-}
+Llama<Stories>& model() { return test::stories_model(); }
 
 // Feeds ids[from..steps) one token at a time after the cache already holds
 // ids[0..from); checks recorded logits and, past the prompt, that each argmax

@@ -14,14 +14,8 @@ using json = nlohmann::json;
 
 namespace {
 
-Llama<Stories>& model() {
-  static Llama<Stories> m = load_llama<Stories>(test::model_path("stories260K.bin"));
-  return m;
-}
-const Tokenizer& tok() {
-  static const Tokenizer t(test::model_path("tok512.model"));
-  return t;
-}
+Llama<Stories>& model() { return test::stories_model(); }
+const Tokenizer& tok() { return test::stories_tokenizer(); }
 
 // A server on a free loopback port, serving on its own thread.
 struct Running {

@@ -15,10 +15,7 @@ namespace {
 
 constexpr float kGoldenTolerance = 1e-3f;
 
-Llama<Stories>& model() {
-  static Llama<Stories> m = load_llama<Stories>(test::model_path("stories260K.bin"));
-  return m;
-}
+Llama<Stories>& model() { return test::stories_model(); }
 
 // Teacher-forces ids[0..steps) through the cache in chunks of `chunk`
 // tokens; checks every recorded logit and every greedy id past the prompt.
