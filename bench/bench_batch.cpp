@@ -13,19 +13,7 @@ using namespace streamllm;
 using Tiny = presets::TinyLlama1B;
 using Clock = std::chrono::steady_clock;
 
-Llama<Tiny>& model(const std::string& type) {
-  static std::string loaded;
-  static std::unique_ptr<Llama<Tiny>> m;
-  if (loaded != type) {
-    m.reset();
-    m = std::make_unique<Llama<Tiny>>(load_llama<Tiny>(bench::random_gguf_model<Tiny>("tinyllama", type), bench::load_mode()));
-    loaded = type;
-    KVCache<Tiny> warm(8);
-    const std::vector<TokenId> ids{1, 2, 3};
-    m->prefill(ids, warm);
-  }
-  return *m;
-}
+Llama<Tiny>& model(const std::string& type) { return bench::tinyllama(type); }
 
 // args: threads, B. Each sequence has a 32-token prompt in its cache; the
 // timed part is 16 batched decode steps.
@@ -68,9 +56,4 @@ void register_all() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  register_all();
-  benchmark::Initialize(&argc, argv);
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-}
+int main(int argc, char** argv) { return bench::run_registered(argc, argv, register_all); }

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -138,6 +139,34 @@ constexpr double matmul_params() {
 inline void set_threads(benchmark::State& state, int arg_index = 0) {
   omp_set_num_threads(static_cast<int>(state.range(arg_index)));
   state.counters["threads"] = static_cast<double>(state.range(arg_index));
+}
+
+// The TinyLlama-shaped random-weight model of `type`, one loaded at a time
+// (the files are 0.6 to 4.4 GB), every weight page faulted in before anything
+// is timed (llama-bench warms up too).
+inline streamllm::Llama<streamllm::presets::TinyLlama1B>& tinyllama(const std::string& type) {
+  using Tiny = streamllm::presets::TinyLlama1B;
+  static std::string loaded;
+  static std::unique_ptr<streamllm::Llama<Tiny>> m;
+  if (loaded != type) {
+    m.reset();
+    m = std::make_unique<streamllm::Llama<Tiny>>(streamllm::load_llama<Tiny>(random_gguf_model<Tiny>("tinyllama", type), load_mode()));
+    loaded = type;
+    streamllm::KVCache<Tiny> warm(8);
+    const std::vector<streamllm::TokenId> ids{1, 2, 3};
+    m->prefill(ids, warm);
+    m->decode(4, warm);
+  }
+  return *m;
+}
+
+// main() of a benchmark binary whose benchmarks are registered at run time.
+inline int run_registered(int argc, char** argv, void (*register_all)()) {
+  register_all();
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
 }
 
 }  // namespace bench

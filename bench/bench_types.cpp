@@ -19,22 +19,7 @@ using namespace streamllm;
 using Tiny = presets::TinyLlama1B;
 using Clock = std::chrono::steady_clock;
 
-// One model loaded at a time: the files are 0.6 to 4.4 GB each.
-Llama<Tiny>& model(const std::string& type) {
-  static std::string loaded;
-  static std::unique_ptr<Llama<Tiny>> m;
-  if (loaded != type) {
-    m.reset();
-    m = std::make_unique<Llama<Tiny>>(load_llama<Tiny>(bench::random_gguf_model<Tiny>("tinyllama", type), bench::load_mode()));
-    loaded = type;
-    // Fault every weight page in before anything is timed (llama-bench warms up too).
-    KVCache<Tiny> warm(8);
-    const std::vector<TokenId> ids{1, 2, 3};
-    m->prefill(ids, warm);
-    m->decode(4, warm);
-  }
-  return *m;
-}
+Llama<Tiny>& model(const std::string& type) { return bench::tinyllama(type); }
 
 std::vector<TokenId> tokens(std::size_t n) {
   std::mt19937 gen(3);
@@ -93,9 +78,4 @@ void register_all() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  register_all();
-  benchmark::Initialize(&argc, argv);
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-}
+int main(int argc, char** argv) { return bench::run_registered(argc, argv, register_all); }
