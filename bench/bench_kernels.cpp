@@ -89,7 +89,7 @@ void register_all() {
         ->ArgsProduct({{1, 2}, {65536, 5632, 2048, 128}})->ArgNames({"threads", "rows"})->UseRealTime()->Unit(benchmark::kMicrosecond);
     if (t == DType::Q8_0 || t == DType::Q4_0 || t == DType::BF16)
       benchmark::RegisterBenchmark(("GemvTokens/" + name).c_str(), [t](benchmark::State& s) { gemv_tokens(s, t); })
-          ->ArgsProduct({{1, 2}, {5632, 256}, {1, 2, 4, 8, 16}})->ArgNames({"threads", "rows", "tokens"})->UseRealTime()
+          ->ArgsProduct({{1, 2}, {65536, 5632, 256}, {1, 2, 4, 8, 16}})->ArgNames({"threads", "rows", "tokens"})->UseRealTime()
           ->Unit(benchmark::kMicrosecond);
     benchmark::RegisterBenchmark(("Gemm512/" + name).c_str(), [t](benchmark::State& s) { gemm(s, t); })
         ->ArgsProduct({{1, 2}})->ArgNames({"threads"})->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -101,8 +101,9 @@ TEST_CASE("typed matrix kernels equal the exact product, on both paths and every
         const auto x = normal(n * ldx, 5);
         std::vector<float> want(n * ldy), bound(n * ldy);
         k::scalar::matmul(m.view, x.data(), n, ldx, want.data(), ldy);
-        // The error budget of each output: int8 activations (gemv of Q8_0 /
-        // Q4_0) and bf16 tiles (gemm) round each term by ~2^-8 relative.
+        // The error budget of each output: int8 activations (Q8_0 / Q4_0 on
+        // the VNNI paths, and their portable gemv) and bf16 tiles (gemm of
+        // the other types) round each term by ~2^-8 relative.
         for (std::size_t j = 0; j < n; ++j)
           for (std::int64_t r = 0; r < rows; ++r) {
             std::vector<float> row(static_cast<std::size_t>(cols));
@@ -116,8 +117,9 @@ TEST_CASE("typed matrix kernels equal the exact product, on both paths and every
           std::vector<float> got(n * ldy, 0.0f);
           k::matmul(m.view, x.data(), n, ldx, got.data(), ldy, isa);
           const std::size_t limit = k::gemv_token_limit(m.view, isa);
-          const bool int8_acts = n <= limit && (t == DType::Q8_0 || t == DType::Q4_0);
-          const bool bf16_tiles = n > limit && isa == k::Isa::Avx512Bf16Vnni && t != DType::F16;
+          const bool int8_type = t == DType::Q8_0 || t == DType::Q4_0;
+          const bool int8_acts = int8_type && (n <= limit || isa == k::Isa::Avx512Bf16Vnni);  // int8 gemv or int8 tiles
+          const bool bf16_tiles = n > limit && isa == k::Isa::Avx512Bf16Vnni && t != DType::F16 && !int8_type;
           const float rel = int8_acts ? 0x1p-6f : bf16_tiles ? 0x1p-7f : 1e-5f;
           for (std::size_t j = 0; j < n; ++j)
             for (std::int64_t r = 0; r < rows; ++r) {
@@ -137,11 +139,19 @@ TEST_CASE("the VNNI kernels equal their portable twins, which do the same intege
     for (std::int64_t cols : {32, 96, 2048}) {
       const std::int64_t rows = 9;
       const Matrix m(t, normal(static_cast<std::size_t>(rows * cols), 6, 0.05f), rows, cols);
-      for (std::size_t n = 1; n <= k::kMaxGemvTokens; ++n) {
+      // Every path: one token, the batched gemv (up to 16), the int8 tiles
+      // (beyond), with partial tiles of tokens.
+      for (std::size_t n : {1, 2, 3, 4, 5, 8, 9, 16, 17, 31, 32, 33, 70}) {
         const auto x = normal(n * static_cast<std::size_t>(cols), 7);
         std::vector<float> fast(n * static_cast<std::size_t>(rows)), twin(fast.size());
         k::matmul(m.view, x.data(), n, static_cast<std::size_t>(cols), fast.data(), static_cast<std::size_t>(rows), k::Isa::Avx512Bf16Vnni);
-        k::matmul(m.view, x.data(), n, static_cast<std::size_t>(cols), twin.data(), static_cast<std::size_t>(rows), k::Isa::Portable);
+        // The twin: int8 activations and per-block integer dot products, in scalar code.
+        k::QuantizedActivations xa;
+        k::quantize_activations(x.data(), static_cast<std::size_t>(cols), n, static_cast<std::size_t>(cols), xa);
+        if (t == DType::Q8_0)
+          k::portable::gemv_q8_0(m.view, xa, n, twin.data(), static_cast<std::size_t>(rows), 0, static_cast<std::size_t>(rows));
+        else
+          k::portable::gemv_q4_0(m.view, xa, n, twin.data(), static_cast<std::size_t>(rows), 0, static_cast<std::size_t>(rows));
         for (std::size_t i = 0; i < fast.size(); ++i) {
           INFO(dtype_name(t) << " cols " << cols << " n " << n << " output " << i);
           REQUIRE(fast[i] == Approx(twin[i]).epsilon(1e-5).margin(1e-5));

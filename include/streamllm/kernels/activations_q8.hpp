@@ -26,8 +26,8 @@ struct QuantizedActivations {
   AlignedVector<std::int32_t> sum_lanes;  // [rows][pairs][16]
   // Per group of 16 blocks, for the batched-decode kernel (interleave_groups):
   // the quants interleaved so that lane j (4 bytes) of the group's vector g
-  // holds elements 4g..4g+3 of block group_lane_block(j); then the 16 scales and
-  // minus the 16 sums in the same lane order.
+  // holds elements 4g..4g+3 of block group_lane_block(j); then the 16 scales
+  // and the 16 corrections (interleave_groups) in the same lane order.
   std::size_t groups = 0;
   AlignedVector<std::int8_t> q16;        // [rows][groups][8][16][4]
   AlignedVector<float> d16;              // [rows][groups][16]
@@ -100,8 +100,10 @@ inline void quantize_activations_with(const float* x, std::size_t ldx, std::size
 // AVX-512 transpose of 16 weight blocks produces (x86_avx512.hpp).
 constexpr std::size_t group_lane_block(std::size_t lane) { return 2 * (lane % 8) + lane / 8; }
 
-// Fills the per-group layout (q16, d16, sum16) from q, d and sum.
-inline void interleave_groups(QuantizedActivations& a) {
+// Fills the per-group layout (q16, d16, sum16) from q, d and sum; sum16
+// holds -sum << shift, the correction for weights stored with an offset of
+// 2^shift (the kernels' Row::kGroupShift).
+inline void interleave_groups(QuantizedActivations& a, int shift) {
   a.groups = a.blocks / 16;
   const std::size_t n = a.rows * a.groups;
   grow(a.q16, n * 512);
@@ -115,7 +117,7 @@ inline void interleave_groups(QuantizedActivations& a) {
         const std::int8_t* src = a.q.data() + r * a.cols + b * 32;
         for (std::size_t g = 0; g < 8; ++g) std::memcpy(a.q16.data() + at * 512 + g * 64 + lane * 4, src + 4 * g, 4);
         a.d16[at * 16 + lane] = a.d[r * a.blocks + b];
-        a.sum16[at * 16 + lane] = -a.sum[r * a.blocks + b];
+        a.sum16[at * 16 + lane] = -a.sum[r * a.blocks + b] * (std::int32_t(1) << shift);
       }
     }
 }

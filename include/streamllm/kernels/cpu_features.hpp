@@ -15,6 +15,7 @@ struct CpuFeatures {
   bool avx512 = false;       // F + BW + VL + DQ, with the OS saving ZMM state
   bool avx512_vnni = false;  // vpdpbusd
   bool avx512_bf16 = false;  // vdpbf16ps
+  bool avx512_vbmi = false;  // vpermb
   bool f16c = false;
 };
 
@@ -33,6 +34,7 @@ inline CpuFeatures detect_cpu_features() {
   const bool avx512f = (b >> 16) & 1, avx512dq = (b >> 17) & 1, avx512bw = (b >> 30) & 1, avx512vl = (b >> 31) & 1;
   f.avx512 = zmm_state && avx512f && avx512dq && avx512bw && avx512vl;
   f.avx512_vnni = f.avx512 && ((c >> 11) & 1);
+  f.avx512_vbmi = f.avx512 && ((c >> 1) & 1);
   if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avx512_bf16 = f.avx512 && ((a >> 5) & 1);
 #endif
   return f;
@@ -47,7 +49,8 @@ inline const char* to_string(Isa isa) { return isa == Isa::Avx512Bf16Vnni ? "avx
 inline Isa& active_isa() {
   static Isa isa = [] {
     const CpuFeatures f = detect_cpu_features();
-    return f.avx512 && f.avx512_vnni && f.avx512_bf16 && f.f16c ? Isa::Avx512Bf16Vnni : Isa::Portable;
+    // (Every CPU with BF16 and VNNI has VBMI, but Cooper Lake; it takes the portable path.)
+    return f.avx512 && f.avx512_vnni && f.avx512_bf16 && f.avx512_vbmi && f.f16c ? Isa::Avx512Bf16Vnni : Isa::Portable;
   }();
   return isa;
 }

@@ -49,6 +49,10 @@ struct GemmF32 {
   // A weight block of kMc x kKc floats (192 KB) stays in L2 (1 MB).
   static constexpr std::size_t kMc = 16 * kRows;
 
+  // Packed elements per group of tokens, and where column k0 starts in it.
+  static std::size_t packed_size(std::size_t k) { return k * kTok; }
+  static std::size_t packed_offset(std::size_t k0) { return k0 * kTok; }
+
   // Group g of x [n][ldx] -> xp [group][k][kTok], zero padded to whole groups.
   static void pack_group(const float* x, std::size_t ldx, std::size_t n, std::size_t k, float* xp, std::size_t g) {
     float* dst = xp + g * k * kTok;
@@ -124,7 +128,8 @@ inline void gemm(const Source& src, std::size_t m, std::size_t k, const float* x
   const std::size_t groups = n_pad / K::kTok;
   static thread_local AlignedVector<typename K::Packed> xpack;
   static thread_local AlignedVector<float> yt;
-  auto* xp = grow(xpack, groups * k * K::kTok);
+  const std::size_t group_size = K::packed_size(k);
+  auto* xp = grow(xpack, groups * group_size);
   float* ytp = grow(yt, m * n_pad);
   // Token groups are packed in parallel: with many tokens this is not small.
 #pragma omp parallel for schedule(static) if (n * k >= kMinParallelWork && !omp_in_parallel())
@@ -138,7 +143,7 @@ inline void gemm(const Source& src, std::size_t m, std::size_t k, const float* x
         const std::size_t kc = std::min(K::kKc, k - kb);
         const auto [wp, ldw] = src.block(mb, rows, kb, kc, wscratch);
         for (std::size_t g = 0; g < groups; ++g) {
-          const auto* xg = xp + (g * k + kb) * K::kTok;
+          const auto* xg = xp + g * group_size + K::packed_offset(kb);
           for (std::size_t rt = 0; rt < rows; rt += K::kRows)
             K::micro_rows(std::min(K::kRows, rows - rt), wp + rt * ldw, ldw, xg, kc,
                           ytp + (mb + rt) * n_pad + g * K::kTok, n_pad, kb > 0,

@@ -7,7 +7,7 @@
 //   F32         f32 FMA (xsimd)                       f32 tiles (xsimd)
 //   F16         widened to f32, FMA                   converted to f32 per block, f32 tiles
 //   BF16        widened to f32, FMA                   bf16 tiles, vdpbf16ps
-//   Q8_0, Q4_0  int8 activations, vpdpbusd            dequantised to bf16 per block, bf16 tiles
+//   Q8_0, Q4_0  int8 activations, vpdpbusd            unpacked to int8 per block, int8 tiles, vpdpbusd
 //   Q4_K, Q6_K  super-blocks dequantised in L1, FMA   dequantised to bf16 per block, bf16 tiles
 // Without AVX-512 BF16/VNNI (or forced to Isa::Portable) every type takes the
 // xsimd paths: f32 FMA over dequantised rows, and f32 tiles.
@@ -22,6 +22,7 @@
 #include "streamllm/kernels/activations_q8.hpp"
 #include "streamllm/kernels/cpu_features.hpp"
 #include "streamllm/kernels/gemm.hpp"
+#include "streamllm/kernels/gemm_int8.hpp"
 #include "streamllm/kernels/gemv_f32.hpp"
 #include "streamllm/kernels/gemv_typed.hpp"
 #include "streamllm/kernels/threading.hpp"
@@ -94,7 +95,7 @@ inline void gemv(const TensorView& w, const float* x, std::size_t n, std::size_t
       case DType::Q4_0: {
         static thread_local QuantizedActivations xa;
         avx512::quantize_activations_avx512(x, ldx, n, k, xa);
-        if (n > 1) interleave_groups(xa);
+        if (n > 1) interleave_groups(xa, w.type == DType::Q8_0 ? avx512::Q8_0Row::kGroupShift : avx512::Q4_0Row::kGroupShift);
         const QuantizedActivations* xap = &xa;
         return parallel_chunks(m, chunk, work, [&](std::size_t r0, std::size_t r1) {
           if (w.type == DType::Q8_0)
@@ -173,6 +174,7 @@ inline void gemm_typed(const TensorView& w, const float* x, std::size_t n, std::
   if (w.type == DType::F32) return gemm<GemmF32>(F32RowSource{reinterpret_cast<const float*>(w.data), k}, m, k, x, ldx, n, y, ldy);
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
   if (isa == Isa::Avx512Bf16Vnni && w.type != DType::F16 && k % 2 == 0) {
+    if (w.type == DType::Q8_0 || w.type == DType::Q4_0) return gemm<avx512::GemmInt8>(avx512::Int8Rows{&w}, m, k, x, ldx, n, y, ldy);
     if (w.type == DType::BF16)
       return gemm<avx512::GemmBf16>(CopyRows<std::uint16_t>{reinterpret_cast<const std::uint16_t*>(w.data), k}, m, k,
                                     x, ldx, n, y, ldy);

@@ -22,7 +22,7 @@
 #include "streamllm/quant/blocks.hpp"
 
 #define STREAMLLM_AVX512 \
-  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bf16")))
+  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bf16,avx512vbmi")))
 
 // GCC 12's AVX-512 intrinsics start some results from a self-initialised
 // "undefined" register, which -Wuninitialized reports wherever they are
@@ -94,6 +94,7 @@ STREAMLLM_AVX512 inline void gemv_widen_row(const std::byte* w, std::size_t row_
   for (; kk + 64 <= k; kk += 64) {
     __m512 wv[4];
     for (int v = 0; v < 4; ++v) wv[v] = Row::load(row, kk + 16 * static_cast<std::size_t>(v));
+    #pragma GCC unroll 8  // all NT accumulators in registers
     for (int t = 0; t < NT; ++t) {
       const float* xt = x + static_cast<std::size_t>(t) * ldx + kk;
       for (int v = 0; v < 4; ++v) acc[t][v] = _mm512_fmadd_ps(wv[v], _mm512_loadu_ps(xt + 16 * v), acc[t][v]);
@@ -148,15 +149,27 @@ STREAMLLM_AVX512 inline __m512 pair_f16(std::uint16_t a, std::uint16_t b) {
                                                  _mm_set1_epi16(static_cast<short>(b)), 1));
 }
 
+// A pair of blocks as the VNNI kernel takes them: 64 unsigned quants, and
+// each block's scale in its 8 lanes.
+struct QuantsScales {
+  __m512i u;
+  __m512 d;
+};
+
 struct Q8_0Row {
   using Block = quant::BlockQ8_0;
   static constexpr int kOffsetShift = 4;  // offset 128 = 8 lanes x 2^4
+  static constexpr int kGroupShift = 7;   // one lane per block (batched kernel): 2^7
   STREAMLLM_AVX512 static __m512i unsigned_pair(const Block* b) {
     const __m512i q = _mm512_inserti64x4(
         _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[0].qs))),
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[1].qs)), 1);
     return _mm512_xor_si512(q, _mm512_set1_epi8(static_cast<char>(0x80)));
   }
+  STREAMLLM_AVX512 static QuantsScales quants_scales_pair(const Block* b) {
+    return {unsigned_pair(b), pair_f16(b[0].d, b[1].d)};
+  }
+  STREAMLLM_AVX512 static __m512 load_group16(const Block* b, __m512i wq[8]);
   static std::int32_t scalar_dot(const Block& b, const std::int8_t* x) {
     std::int32_t s = 0;
     for (int j = 0; j < 32; ++j) s += b.qs[j] * x[j];
@@ -164,17 +177,43 @@ struct Q8_0Row {
   }
 };
 
+// Byte and word indices for Q4_0Row: vpermb, vpsrlvw and vpermw operands.
+struct Q4_0PairIndex {
+  alignas(64) std::uint8_t quants[64];
+  alignas(64) std::uint16_t shifts[32];
+  alignas(64) std::uint16_t scales[32];
+};
+constexpr Q4_0PairIndex make_q4_0_pair_index() {
+  Q4_0PairIndex x{};
+  for (int i = 0; i < 64; ++i) x.quants[i] = static_cast<std::uint8_t>((i / 32) * 18 + 2 + i % 16);  // lanes: qs0 qs0 qs1 qs1
+  for (int i = 0; i < 32; ++i) x.shifts[i] = static_cast<std::uint16_t>((i / 8) % 2 ? 4 : 0);         // low, high, low, high
+  for (int i = 0; i < 32; ++i) x.scales[i] = static_cast<std::uint16_t>(i < 8 ? 0 : 9);               // words 0 and 9: d0, d1
+  return x;
+}
+
+// Q4_0 blocks are 18 bytes (scale, then 16 bytes of nibbles: element j in
+// the low nibble of byte j, element j + 16 in the high one). A pair is one
+// masked 36-byte load; vpermb places each block's nibble bytes twice and a
+// per-word shift picks low or high, so the 64 quants come out in element
+// order with three operations, and vpermw gathers the two scales.
 struct Q4_0Row {
   using Block = quant::BlockQ4_0;
   static constexpr int kOffsetShift = 0;  // offset 8 = 8 lanes x 2^0
-  STREAMLLM_AVX512 static __m512i unsigned_pair(const Block* b) {
-    const __m256i v = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b[0].qs))),
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[1].qs)), 1);
-    const __m256i m = _mm256_set1_epi8(0x0F);
-    const __m256i lo = _mm256_and_si256(v, m), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
-    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);  // lo0 lo1 hi0 hi1
-    return _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));              // lo0 hi0 lo1 hi1
+  static constexpr int kGroupShift = 3;   // one lane per block (batched kernel): 2^3
+  static constexpr Q4_0PairIndex kIndex = make_q4_0_pair_index();
+  STREAMLLM_AVX512 static __m512i load_pair(const Block* b) {
+    return _mm512_maskz_loadu_epi8(0xFFFFFFFFFull, b);  // 36 bytes; masked, so never past the end of the row
+  }
+  STREAMLLM_AVX512 static __m512i unsigned_pair(__m512i raw) {
+    const __m512i q = _mm512_permutexvar_epi8(_mm512_load_si512(kIndex.quants), raw);
+    return _mm512_and_si512(_mm512_srlv_epi16(q, _mm512_load_si512(kIndex.shifts)), _mm512_set1_epi8(0x0F));
+  }
+  STREAMLLM_AVX512 static __m512i unsigned_pair(const Block* b) { return unsigned_pair(load_pair(b)); }
+  STREAMLLM_AVX512 static __m512 load_group16(const Block* b, __m512i wq[8]);
+  STREAMLLM_AVX512 static QuantsScales quants_scales_pair(const Block* b) {
+    const __m512i raw = load_pair(b);
+    const __m512i d = _mm512_permutexvar_epi16(_mm512_load_si512(kIndex.scales), raw);
+    return {unsigned_pair(raw), _mm512_cvtph_ps(_mm512_castsi512_si256(d))};
   }
   static std::int32_t scalar_dot(const Block& b, const std::int8_t* x) {
     std::int32_t s = 0;
@@ -183,23 +222,29 @@ struct Q4_0Row {
   }
 };
 
-// One pair of blocks of row `row` against token t: the scaled partial sums
-// (16 lanes) to add to that token's accumulator.
+// One token's int8 activations, as the per-pair kernel reads them: held in
+// registers across a row instead of recomputed from the Slice each step.
+struct PairActivations {
+  const std::int8_t* q;
+  const float* d;
+  const std::int32_t* sum;
+};
+
+// One pair of blocks (quants u, scales dw) against a token's pair `pair`,
+// added to acc: dw * dx * (u . xq - offset * sum).
 template <class Row>
-STREAMLLM_AVX512 inline __m512 int8_pair(const typename Row::Block* blk, __m512i u, __m512 dw, const QuantizedActivations::Slice& xa,
-                                         std::size_t t, std::size_t pair) {
-  const __m512i xq = _mm512_loadu_si512(xa.q_row(t) + pair * 64);
-  const __m512 xd = _mm512_load_ps(xa.d_lanes_row(t) + pair * 16);
-  __m512i corr = _mm512_load_si512(xa.sum_lanes_row(t) + pair * 16);
+STREAMLLM_AVX512 inline __m512 int8_pair(__m512 acc, __m512i u, __m512 dw, const PairActivations& x, std::size_t pair) {
+  const __m512i xq = _mm512_loadu_si512(x.q + pair * 64);
+  const __m512 xd = _mm512_load_ps(x.d + pair * 16);
+  __m512i corr = _mm512_load_si512(x.sum + pair * 16);
   if constexpr (Row::kOffsetShift != 0) corr = _mm512_slli_epi32(corr, Row::kOffsetShift);
-  (void)blk;
-  return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(corr, u, xq)), _mm512_mul_ps(dw, xd));
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(corr, u, xq)), _mm512_mul_ps(dw, xd), acc);
 }
 
 // Row r, blocks [b_begin, b_end), against NT tokens of int8 activations;
 // the sums are stored to y, or added to it when `accumulate`. Two pairs of
 // blocks per step, each into its own accumulator, hide the dpbusd ->
-// convert -> add latency. b_begin is a multiple of 4; only the row's last
+// convert -> fma latency. b_begin is a multiple of 4; only the row's last
 // range may end on an odd block.
 template <class Row, int NT>
 STREAMLLM_AVX512 inline void gemv_int8_row(const std::byte* w, std::size_t row_bytes, const QuantizedActivations::Slice& xa,
@@ -208,7 +253,12 @@ STREAMLLM_AVX512 inline void gemv_int8_row(const std::byte* w, std::size_t row_b
   using Block = typename Row::Block;
   const std::size_t nb = b_end;
   __m512 acc0[NT], acc1[NT];
-  for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
+  PairActivations x[NT];
+  for (int t = 0; t < NT; ++t) {
+    const auto tt = static_cast<std::size_t>(t);
+    acc0[t] = acc1[t] = _mm512_setzero_ps();
+    x[t] = {xa.q_row(tt), xa.d_lanes_row(tt), xa.sum_lanes_row(tt)};
+  }
   const std::byte* bytes = w + r * row_bytes;
   const Block* row = reinterpret_cast<const Block*>(bytes);
   std::size_t b = b_begin;
@@ -216,17 +266,17 @@ STREAMLLM_AVX512 inline void gemv_int8_row(const std::byte* w, std::size_t row_b
     // A line prefetched per 64 bytes consumed keeps kPrefetchBytes in flight
     // (past this row's end: the next row follows in memory).
     if (kPrefetchInt8) prefetch_ahead(bytes + b * sizeof(Block) + kPrefetchBytes, 4 * sizeof(Block));
-    const __m512i u0 = Row::unsigned_pair(row + b), u1 = Row::unsigned_pair(row + b + 2);
-    const __m512 d0 = pair_f16(row[b].d, row[b + 1].d), d1 = pair_f16(row[b + 2].d, row[b + 3].d);
+    const auto [u0, d0] = Row::quants_scales_pair(row + b);
+    const auto [u1, d1] = Row::quants_scales_pair(row + b + 2);
+    #pragma GCC unroll 8  // all NT accumulators in registers
     for (int t = 0; t < NT; ++t) {
-      acc0[t] = _mm512_add_ps(acc0[t], int8_pair<Row>(row + b, u0, d0, xa, static_cast<std::size_t>(t), b / 2));
-      acc1[t] = _mm512_add_ps(acc1[t], int8_pair<Row>(row + b + 2, u1, d1, xa, static_cast<std::size_t>(t), b / 2 + 1));
+      acc0[t] = int8_pair<Row>(acc0[t], u0, d0, x[t], b / 2);
+      acc1[t] = int8_pair<Row>(acc1[t], u1, d1, x[t], b / 2 + 1);
     }
   }
   if (b + 2 <= nb) {
-    const __m512i u0 = Row::unsigned_pair(row + b);
-    const __m512 d0 = pair_f16(row[b].d, row[b + 1].d);
-    for (int t = 0; t < NT; ++t) acc0[t] = _mm512_add_ps(acc0[t], int8_pair<Row>(row + b, u0, d0, xa, static_cast<std::size_t>(t), b / 2));
+    const auto [u0, d0] = Row::quants_scales_pair(row + b);
+    for (int t = 0; t < NT; ++t) acc0[t] = int8_pair<Row>(acc0[t], u0, d0, x[t], b / 2);
     b += 2;
   }
   for (int t = 0; t < NT; ++t) {
@@ -287,12 +337,77 @@ STREAMLLM_AVX512 inline void transpose_blocks16(__m512i a[8]) {
   }
 }
 
+// 16 blocks as the batched kernel takes them: wq[g] lane L holds quants
+// 4g..4g+3 of block group_lane_block(L) (unsigned); returns the blocks'
+// scales in the same lane order. Generic form: pairs loaded as the one-token
+// kernel does, then transposed; Q4_0 has a direct one (Q4_0Row::load_group16).
+template <class Row>
+STREAMLLM_AVX512 inline __m512 load_group16_transposed(const typename Row::Block* blk, __m512i wq[8]) {
+  for (int i = 0; i < 8; ++i) wq[i] = Row::unsigned_pair(blk + 2 * i);
+  transpose_blocks16(wq);
+  alignas(32) std::uint16_t dh[16];
+  for (std::size_t l = 0; l < 16; ++l) dh[l] = blk[group_lane_block(l)].d;
+  return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(dh)));
+}
+
+// Byte and word indices for gathering 16 Q4_0 blocks (288 bytes, five
+// registers) straight into that layout: for quad g, lane L takes nibble bytes
+// 4g..4g+3 of its block; the sources are the register pairs (0,1) and (2,3)
+// (vpermt2b, index mod 128) and register 4, merged by masks.
+struct Q4_0GroupIndex {
+  alignas(64) std::uint8_t quants[4][64];
+  std::uint64_t from23[4], from4[4];
+  alignas(64) std::uint16_t scales[32];
+  std::uint32_t scales_from23, scales_from4;
+};
+constexpr Q4_0GroupIndex make_q4_0_group_index() {
+  Q4_0GroupIndex x{};
+  for (int g = 0; g < 4; ++g)
+    for (int i = 0; i < 64; ++i) {
+      const int offset = 18 * static_cast<int>(group_lane_block(static_cast<std::size_t>(i / 4))) + 2 + 4 * g + i % 4;
+      x.quants[g][i] = static_cast<std::uint8_t>(offset % 128);
+      if (offset >= 128 && offset < 256) x.from23[g] |= std::uint64_t(1) << i;
+      if (offset >= 256) x.from4[g] |= std::uint64_t(1) << i;
+    }
+  for (int l = 0; l < 16; ++l) {
+    const int word = 9 * static_cast<int>(group_lane_block(static_cast<std::size_t>(l)));
+    x.scales[l] = static_cast<std::uint16_t>(word % 64);
+    if (word >= 64 && word < 128) x.scales_from23 |= 1u << l;
+    if (word >= 128) x.scales_from4 |= 1u << l;
+  }
+  return x;
+}
+inline constexpr Q4_0GroupIndex kQ4_0Group = make_q4_0_group_index();
+
+STREAMLLM_AVX512 inline __m512 Q8_0Row::load_group16(const Block* b, __m512i wq[8]) {
+  return load_group16_transposed<Q8_0Row>(b, wq);
+}
+
+STREAMLLM_AVX512 inline __m512 Q4_0Row::load_group16(const Block* b, __m512i wq[8]) {
+  const auto* p = reinterpret_cast<const std::byte*>(b);
+  const __m512i z0 = _mm512_loadu_si512(p), z1 = _mm512_loadu_si512(p + 64), z2 = _mm512_loadu_si512(p + 128),
+                z3 = _mm512_loadu_si512(p + 192), z4 = _mm512_maskz_loadu_epi8(0xFFFFFFFFull, p + 256);
+  const __m512i m = _mm512_set1_epi8(0x0F);
+  for (int g = 0; g < 4; ++g) {
+    const __m512i idx = _mm512_load_si512(kQ4_0Group.quants[g]);
+    __m512i v = _mm512_permutex2var_epi8(z0, idx, z1);
+    v = _mm512_mask_blend_epi8(kQ4_0Group.from23[g], v, _mm512_permutex2var_epi8(z2, idx, z3));
+    v = _mm512_mask_blend_epi8(kQ4_0Group.from4[g], v, _mm512_permutexvar_epi8(idx, z4));
+    wq[g] = _mm512_and_si512(v, m);
+    wq[g + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
+  }
+  const __m512i idx = _mm512_load_si512(kQ4_0Group.scales);
+  __m512i d = _mm512_permutex2var_epi16(z0, idx, z1);
+  d = _mm512_mask_blend_epi16(kQ4_0Group.scales_from23, d, _mm512_permutex2var_epi16(z2, idx, z3));
+  d = _mm512_mask_blend_epi16(kQ4_0Group.scales_from4, d, _mm512_permutexvar_epi16(idx, z4));
+  return _mm512_cvtph_ps(_mm512_castsi512_si256(d));
+}
+
 // Row r, its first 16 * groups blocks, against NT tokens; stores the sums.
 template <class Row, int NT>
 STREAMLLM_AVX512 inline void gemv_int8_row_groups(const std::byte* w, std::size_t row_bytes, const QuantizedActivations::Slice& xa,
                                                   float* y, std::size_t ldy, std::size_t r) {
   using Block = typename Row::Block;
-  constexpr int kShift = Row::kOffsetShift + 3;  // one lane per block: offset x sum = sum << (shift + 3)
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   const Block* row = reinterpret_cast<const Block*>(w + r * row_bytes);
@@ -301,16 +416,13 @@ STREAMLLM_AVX512 inline void gemv_int8_row_groups(const std::byte* w, std::size_
     const Block* blk = row + 16 * G;
     if (kPrefetchInt8) prefetch_ahead(reinterpret_cast<const std::byte*>(blk) + kPrefetchBytes, 16 * sizeof(Block));
     __m512i wq[8];
-    for (int i = 0; i < 8; ++i) wq[i] = Row::unsigned_pair(blk + 2 * i);
-    transpose_blocks16(wq);
-    alignas(32) std::uint16_t dh[16];
-    for (std::size_t l = 0; l < 16; ++l) dh[l] = blk[group_lane_block(l)].d;
-    const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(dh)));
+    const __m512 dw = Row::load_group16(blk, wq);
+    #pragma GCC unroll 8  // all NT accumulators in registers
     for (int t = 0; t < NT; ++t) {
       const auto tt = static_cast<std::size_t>(t);
       const std::int8_t* xq = xa.q16_row(tt) + G * 512;
       // Two chains of four dot products: half the latency of one of eight.
-      __m512i s0 = _mm512_slli_epi32(_mm512_load_si512(xa.sum16_row(tt) + G * 16), kShift), s1 = _mm512_setzero_si512();
+      __m512i s0 = _mm512_load_si512(xa.sum16_row(tt) + G * 16), s1 = _mm512_setzero_si512();
       for (int g = 0; g < 8; g += 2) {
         s0 = _mm512_dpbusd_epi32(s0, wq[g], _mm512_load_si512(xq + 64 * g));
         s1 = _mm512_dpbusd_epi32(s1, wq[g + 1], _mm512_load_si512(xq + 64 * (g + 1)));
@@ -612,6 +724,8 @@ struct GemmBf16 {
   static constexpr std::size_t kKc = 256;
   static constexpr std::size_t kMc = 16 * kRows;
 
+  static std::size_t packed_size(std::size_t k) { return k * kTok; }
+  static std::size_t packed_offset(std::size_t k0) { return k0 * kTok; }
   static void pack_group(const float* x, std::size_t ldx, std::size_t n, std::size_t k, std::uint16_t* xp, std::size_t g) {
     pack_group_bf16(x, ldx, n, k, xp, g);
   }
