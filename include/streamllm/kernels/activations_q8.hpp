@@ -29,9 +29,10 @@ struct QuantizedActivations {
   // holds elements 4g..4g+3 of block group_lane_block(j); then the 16 scales
   // and the 16 corrections (interleave_groups) in the same lane order.
   std::size_t groups = 0;
-  AlignedVector<std::int8_t> q16;        // [rows][groups][8][16][4]
-  AlignedVector<float> d16;              // [rows][groups][16]
-  AlignedVector<std::int32_t> sum16;     // [rows][groups][16]
+  // Group-major, so that a group's tokens are adjacent for the kernel.
+  AlignedVector<std::int8_t> q16;        // [groups][rows][8][16][4]
+  AlignedVector<float> d16;              // [groups][rows][16]
+  AlignedVector<std::int32_t> sum16;     // [groups][rows][16]
 
   // The rows from t0 on, as the kernels read them.
   struct Slice {
@@ -42,9 +43,10 @@ struct QuantizedActivations {
     const float* d_row(std::size_t r) const { return a->d_row(t0 + r); }
     const float* d_lanes_row(std::size_t r) const { return a->d_lanes_row(t0 + r); }
     const std::int32_t* sum_lanes_row(std::size_t r) const { return a->sum_lanes_row(t0 + r); }
-    const std::int8_t* q16_row(std::size_t r) const { return a->q16.data() + (t0 + r) * a->groups * 512; }
-    const float* d16_row(std::size_t r) const { return a->d16.data() + (t0 + r) * a->groups * 16; }
-    const std::int32_t* sum16_row(std::size_t r) const { return a->sum16.data() + (t0 + r) * a->groups * 16; }
+    // Group G of this slice's first row; the next rows follow (512 and 16 apart).
+    const std::int8_t* q16_group(std::size_t G) const { return a->q16.data() + (G * a->rows + t0) * 512; }
+    const float* d16_group(std::size_t G) const { return a->d16.data() + (G * a->rows + t0) * 16; }
+    const std::int32_t* sum16_group(std::size_t G) const { return a->sum16.data() + (G * a->rows + t0) * 16; }
   };
   Slice slice(std::size_t t0) const { return {this, t0, blocks}; }
 
@@ -102,8 +104,10 @@ constexpr std::size_t group_lane_block(std::size_t lane) { return 2 * (lane % 8)
 
 // Fills the per-group layout (q16, d16, sum16) from q, d and sum; sum16
 // holds -sum << shift, the correction for weights stored with an offset of
-// 2^shift (the kernels' Row::kGroupShift).
-inline void interleave_groups(QuantizedActivations& a, int shift) {
+// 2^shift (the kernels' Row::kGroupShift). `quants(src, dst)` interleaves the
+// 512 quants of one group (a vector twin may replace the scalar one).
+template <class GroupQuants>
+inline void interleave_groups_with(QuantizedActivations& a, int shift, GroupQuants&& quants) {
   a.groups = a.blocks / 16;
   const std::size_t n = a.rows * a.groups;
   grow(a.q16, n * 512);
@@ -111,16 +115,22 @@ inline void interleave_groups(QuantizedActivations& a, int shift) {
   grow(a.sum16, n * 16);
   for (std::size_t r = 0; r < a.rows; ++r)
     for (std::size_t G = 0; G < a.groups; ++G) {
-      const std::size_t at = r * a.groups + G;
+      const std::size_t at = G * a.rows + r;
+      quants(a.q.data() + r * a.cols + G * 512, a.q16.data() + at * 512);
       for (std::size_t lane = 0; lane < 16; ++lane) {
         const std::size_t b = 16 * G + group_lane_block(lane);
-        const std::int8_t* src = a.q.data() + r * a.cols + b * 32;
-        for (std::size_t g = 0; g < 8; ++g) std::memcpy(a.q16.data() + at * 512 + g * 64 + lane * 4, src + 4 * g, 4);
         a.d16[at * 16 + lane] = a.d[r * a.blocks + b];
         a.sum16[at * 16 + lane] = -a.sum[r * a.blocks + b] * (std::int32_t(1) << shift);
       }
     }
 }
+
+inline void interleave_group_quants(const std::int8_t* src, std::int8_t* dst) {
+  for (std::size_t lane = 0; lane < 16; ++lane)
+    for (std::size_t g = 0; g < 8; ++g) std::memcpy(dst + g * 64 + lane * 4, src + group_lane_block(lane) * 32 + 4 * g, 4);
+}
+
+inline void interleave_groups(QuantizedActivations& a, int shift) { interleave_groups_with(a, shift, interleave_group_quants); }
 
 // x[rows][ldx] (cols used, a multiple of 32) -> out.
 inline void quantize_activations(const float* x, std::size_t ldx, std::size_t rows, std::size_t cols,

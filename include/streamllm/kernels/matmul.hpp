@@ -95,7 +95,7 @@ inline void gemv(const TensorView& w, const float* x, std::size_t n, std::size_t
       case DType::Q4_0: {
         static thread_local QuantizedActivations xa;
         avx512::quantize_activations_avx512(x, ldx, n, k, xa);
-        if (n > 1) interleave_groups(xa, w.type == DType::Q8_0 ? avx512::Q8_0Row::kGroupShift : avx512::Q4_0Row::kGroupShift);
+        if (n > 1) avx512::interleave_groups_avx512(xa, w.type == DType::Q8_0 ? avx512::Q8_0Row::kGroupShift : avx512::Q4_0Row::kGroupShift);
         const QuantizedActivations* xap = &xa;
         return parallel_chunks(m, chunk, work, [&](std::size_t r0, std::size_t r1) {
           if (w.type == DType::Q8_0)

@@ -337,6 +337,18 @@ STREAMLLM_AVX512 inline void transpose_blocks16(__m512i a[8]) {
   }
 }
 
+// interleave_group_quants, vectorised: the same transpose as the weights'.
+STREAMLLM_AVX512 inline void interleave_group_quants_avx512(const std::int8_t* src, std::int8_t* dst) {
+  __m512i a[8];
+  for (int i = 0; i < 8; ++i) a[i] = _mm512_loadu_si512(src + 64 * i);
+  transpose_blocks16(a);
+  for (int g = 0; g < 8; ++g) _mm512_store_si512(dst + 64 * g, a[g]);
+}
+
+STREAMLLM_AVX512 inline void interleave_groups_avx512(QuantizedActivations& a, int shift) {
+  interleave_groups_with(a, shift, interleave_group_quants_avx512);
+}
+
 // 16 blocks as the batched kernel takes them: wq[g] lane L holds quants
 // 4g..4g+3 of block group_lane_block(L) (unsigned); returns the blocks'
 // scales in the same lane order. Generic form: pairs loaded as the one-token
@@ -403,35 +415,43 @@ STREAMLLM_AVX512 inline __m512 Q4_0Row::load_group16(const Block* b, __m512i wq[
   return _mm512_cvtph_ps(_mm512_castsi512_si256(d));
 }
 
-// Row r, its first 16 * groups blocks, against NT tokens; stores the sums.
+// Row r, groups [g0, g1) of 16 blocks, against NT tokens; stores the sums,
+// or adds them to y when `accumulate`.
 template <class Row, int NT>
 STREAMLLM_AVX512 inline void gemv_int8_row_groups(const std::byte* w, std::size_t row_bytes, const QuantizedActivations::Slice& xa,
-                                                  float* y, std::size_t ldy, std::size_t r) {
+                                                  float* y, std::size_t ldy, std::size_t r, std::size_t g0, std::size_t g1,
+                                                  bool accumulate) {
   using Block = typename Row::Block;
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   const Block* row = reinterpret_cast<const Block*>(w + r * row_bytes);
-  const std::size_t groups = xa.a->groups;
-  for (std::size_t G = 0; G < groups; ++G) {
+  for (std::size_t G = g0; G < g1; ++G) {
     const Block* blk = row + 16 * G;
     if (kPrefetchInt8) prefetch_ahead(reinterpret_cast<const std::byte*>(blk) + kPrefetchBytes, 16 * sizeof(Block));
     __m512i wq[8];
     const __m512 dw = Row::load_group16(blk, wq);
-    #pragma GCC unroll 8  // all NT accumulators in registers
-    for (int t = 0; t < NT; ++t) {
-      const auto tt = static_cast<std::size_t>(t);
-      const std::int8_t* xq = xa.q16_row(tt) + G * 512;
-      // Two chains of four dot products: half the latency of one of eight.
-      __m512i s0 = _mm512_load_si512(xa.sum16_row(tt) + G * 16), s1 = _mm512_setzero_si512();
-      for (int g = 0; g < 8; g += 2) {
-        s0 = _mm512_dpbusd_epi32(s0, wq[g], _mm512_load_si512(xq + 64 * g));
-        s1 = _mm512_dpbusd_epi32(s1, wq[g + 1], _mm512_load_si512(xq + 64 * (g + 1)));
-      }
-      const __m512 dot = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
-      acc[t] = _mm512_fmadd_ps(dot, _mm512_mul_ps(dw, _mm512_load_ps(xa.d16_row(tt) + G * 16)), acc[t]);
+    const std::int8_t* xq0 = xa.q16_group(G);
+    const float* xd0 = xa.d16_group(G);
+    const std::int32_t* xs0 = xa.sum16_group(G);
+    // Dot products of the 8 quads, one chain per token, the tokens' chains
+    // interleaved so that each step has NT independent vpdpbusd.
+    __m512i sum[NT];
+    #pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) sum[t] = _mm512_load_si512(xs0 + static_cast<std::size_t>(t) * 16);
+    #pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+      #pragma GCC unroll 8
+      for (int t = 0; t < NT; ++t)
+        sum[t] = _mm512_dpbusd_epi32(sum[t], wq[g], _mm512_load_si512(xq0 + static_cast<std::size_t>(t) * 512 + 64 * static_cast<std::size_t>(g)));
     }
+    #pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t)
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t]), _mm512_mul_ps(dw, _mm512_load_ps(xd0 + static_cast<std::size_t>(t) * 16)), acc[t]);
   }
-  for (int t = 0; t < NT; ++t) y[static_cast<std::size_t>(t) * ldy + r] = hsum(acc[t]);
+  for (int t = 0; t < NT; ++t) {
+    float& out = y[static_cast<std::size_t>(t) * ldy + r];
+    out = accumulate ? out + hsum(acc[t]) : hsum(acc[t]);
+  }
 }
 
 // Calls f.template operator()<NT>() for NT = nt (1..8).
@@ -452,25 +472,32 @@ STREAMLLM_AVX512 inline void with_tokens8(std::size_t nt, F&& f) {
 // Rows [r0, r1) against n tokens of int8 activations (interleaved when n > 1).
 // One token: the per-pair kernel, which keeps up with memory. Several: each
 // row once for up to 8 tokens (it stays in L1 for them), groups of 16 blocks
-// by the kernel above, the remaining blocks by the per-pair one.
+// by the kernel above, the remaining blocks by the per-pair one. Every row
+// reads all the tokens' activations, so they must stay in L1 too: long rows
+// (the 5632 columns of w_down: 56 KB for 8 tokens) go in slices of k, each
+// slice over all the rows, which wait in L2 for the next one.
 template <class Row>
 STREAMLLM_AVX512 inline void gemv_int8_rows(std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
                                             const QuantizedActivations* xa, std::size_t n, float* y, std::size_t ldy) {
-  const std::size_t nb = xa->blocks;
+  const std::size_t nb = xa->blocks, groups = xa->groups, grouped = 16 * groups;
   if (n == 1) {
     for (std::size_t r = r0; r < r1; ++r) gemv_int8_row<Row, 1>(w, row_bytes, xa->slice(0), y, ldy, r, 0, nb, false);
     return;
   }
-  const std::size_t grouped = 16 * xa->groups;
-  for (std::size_t r = r0; r < r1; ++r)
-    for (std::size_t t0 = 0; t0 < n; t0 += 8) {
-      const QuantizedActivations::Slice xs = xa->slice(t0);
-      float* yt = y + t0 * ldy;
-      with_tokens8(std::min<std::size_t>(8, n - t0), [&]<int NT>() {
-        gemv_int8_row_groups<Row, NT>(w, row_bytes, xs, yt, ldy, r);
-        if (grouped < nb) gemv_int8_row<Row, NT>(w, row_bytes, xs, yt, ldy, r, grouped, nb, true);
-      });
-    }
+  constexpr std::size_t kActivationBytes = 24 << 10, kGroupBytes = 512 + 2 * 16 * 4;
+  const std::size_t slice = std::max<std::size_t>(1, kActivationBytes / (std::min<std::size_t>(n, 16) * kGroupBytes));
+  for (std::size_t g0 = 0; g0 < groups; g0 += slice)
+    for (std::size_t r = r0; r < r1; ++r)
+      for (std::size_t t0 = 0; t0 < n; t0 += 8)
+        with_tokens8(std::min<std::size_t>(8, n - t0), [&]<int NT>() {
+          gemv_int8_row_groups<Row, NT>(w, row_bytes, xa->slice(t0), y + t0 * ldy, ldy, r, g0, std::min(groups, g0 + slice), g0 > 0);
+        });
+  if (grouped < nb)
+    for (std::size_t r = r0; r < r1; ++r)
+      for (std::size_t t0 = 0; t0 < n; t0 += 8)
+        with_tokens8(std::min<std::size_t>(8, n - t0), [&]<int NT>() {
+          gemv_int8_row<Row, NT>(w, row_bytes, xa->slice(t0), y + t0 * ldy, ldy, r, grouped, nb, groups > 0);
+        });
 }
 
 // ---- K-quants: super-blocks of 256 dequantised in registers -------------------
