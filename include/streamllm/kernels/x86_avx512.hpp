@@ -475,7 +475,8 @@ STREAMLLM_AVX512 inline void with_tokens8(std::size_t nt, F&& f) {
 // by the kernel above, the remaining blocks by the per-pair one. Every row
 // reads all the tokens' activations, so they must stay in L1 too: long rows
 // (the 5632 columns of w_down: 56 KB for 8 tokens) go in slices of k, each
-// slice over all the rows, which wait in L2 for the next one.
+// slice over all the rows, which wait in L2 for the next one; so do the
+// rows for the next 8 tokens.
 template <class Row>
 STREAMLLM_AVX512 inline void gemv_int8_rows(std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
                                             const QuantizedActivations* xa, std::size_t n, float* y, std::size_t ldy) {
@@ -485,13 +486,15 @@ STREAMLLM_AVX512 inline void gemv_int8_rows(std::size_t r0, std::size_t r1, cons
     return;
   }
   constexpr std::size_t kActivationBytes = 24 << 10, kGroupBytes = 512 + 2 * 16 * 4;
-  const std::size_t slice = std::max<std::size_t>(1, kActivationBytes / (std::min<std::size_t>(n, 16) * kGroupBytes));
-  for (std::size_t g0 = 0; g0 < groups; g0 += slice)
-    for (std::size_t r = r0; r < r1; ++r)
-      for (std::size_t t0 = 0; t0 < n; t0 += 8)
-        with_tokens8(std::min<std::size_t>(8, n - t0), [&]<int NT>() {
-          gemv_int8_row_groups<Row, NT>(w, row_bytes, xa->slice(t0), y + t0 * ldy, ldy, r, g0, std::min(groups, g0 + slice), g0 > 0);
+  for (std::size_t t0 = 0; t0 < n; t0 += 8) {  // past 8 tokens, the rows come again from L2
+    const std::size_t nt = std::min<std::size_t>(8, n - t0), slice = std::max<std::size_t>(1, kActivationBytes / (nt * kGroupBytes));
+    const QuantizedActivations::Slice xs = xa->slice(t0);
+    for (std::size_t g0 = 0; g0 < groups; g0 += slice)
+      for (std::size_t r = r0; r < r1; ++r)
+        with_tokens8(nt, [&]<int NT>() {
+          gemv_int8_row_groups<Row, NT>(w, row_bytes, xs, y + t0 * ldy, ldy, r, g0, std::min(groups, g0 + slice), g0 > 0);
         });
+  }
   if (grouped < nb)
     for (std::size_t r = r0; r < r1; ++r)
       for (std::size_t t0 = 0; t0 < n; t0 += 8)
