@@ -133,8 +133,36 @@ TEST_CASE("typed matrix kernels equal the exact product, on both paths and every
   }
 }
 
+#ifdef STREAMLLM_HAVE_AVX512_KERNELS
+TEST_CASE("the batched kernel's activation layout is the same from the scalar and the vector interleave", "[quant][kernels]") {
+  if (!has_fast_path()) {
+    SUCCEED("no AVX-512 here: the vector interleave is not used");
+    return;
+  }
+  for (std::size_t rows : {1, 3, 9}) {
+    const std::size_t cols = 1024 + 96;  // 2 groups of 16 blocks and 3 blocks left over
+    const auto x = normal(rows * cols, 8);
+    k::QuantizedActivations a, b;
+    k::quantize_activations(x.data(), cols, rows, cols, a);
+    k::quantize_activations(x.data(), cols, rows, cols, b);
+    k::interleave_groups(a, 3);
+    k::avx512::interleave_groups_avx512(b, 3);
+    REQUIRE(a.groups == 2);
+    REQUIRE(b.groups == 2);
+    for (std::size_t i = 0; i < rows * a.groups * 512; ++i) REQUIRE(a.q16[i] == b.q16[i]);
+    for (std::size_t i = 0; i < rows * a.groups * 16; ++i) {
+      REQUIRE(a.d16[i] == b.d16[i]);
+      REQUIRE(a.sum16[i] == b.sum16[i]);
+    }
+  }
+}
+#endif
+
 TEST_CASE("the VNNI kernels equal their portable twins, which do the same integer arithmetic", "[quant][kernels]") {
-  if (!has_fast_path()) SUCCEED("no AVX-512 VNNI here: the portable path is the only one");
+  if (!has_fast_path()) {
+    SUCCEED("no AVX-512 VNNI here: the portable path is the only one");
+    return;
+  }
   for (DType t : {DType::Q8_0, DType::Q4_0}) {
     for (std::int64_t cols : {32, 96, 2048}) {
       const std::int64_t rows = 9;

@@ -173,7 +173,7 @@ struct Int8Rows {
 };
 
 // The int8 tile policy of the shared gemm driver (gemm.hpp).
-struct GemmInt8 {
+struct GemmInt8 : TransposeBack {
   using Packed = std::uint8_t;
   using Weight = std::byte;
   static constexpr std::size_t kTok = kInt8Tok;
@@ -192,9 +192,6 @@ struct GemmInt8 {
   static void micro_rows(std::size_t rows, const std::byte* w, std::size_t ldw, const std::uint8_t* xp, std::size_t kc,
                          float* c, std::size_t ldc, bool accumulate, std::index_sequence<MR...> seq) {
     gemm_int8_micro_rows(rows, w, ldw, xp, kc, c, ldc, accumulate, seq);
-  }
-  static void unpack(const float* yt, std::size_t ld, std::size_t rows, std::size_t n, float* y, std::size_t ldy) {
-    transpose_f32(yt, ld, rows, n, y, ldy);
   }
 };
 

@@ -742,8 +742,16 @@ STREAMLLM_AVX512 inline void transpose_f32(const float* src, std::size_t src_ld,
   if (C < cols) transpose(src + C, src_ld, R, cols - C, dst + C * dst_ld, dst_ld);
 }
 
+// What the AVX-512 tile policies share: results come back to token-major
+// order through 16 x 16 register transposes.
+struct TransposeBack {
+  static void unpack(const float* yt, std::size_t ld, std::size_t rows, std::size_t n, float* y, std::size_t ldy) {
+    transpose_f32(yt, ld, rows, n, y, ldy);
+  }
+};
+
 // The bf16 tile policy of the shared gemm driver (gemm.hpp).
-struct GemmBf16 {
+struct GemmBf16 : TransposeBack {
   using Packed = std::uint16_t;
   using Weight = std::uint16_t;
   static constexpr std::size_t kTok = kBf16Tok;
@@ -763,9 +771,6 @@ struct GemmBf16 {
   static void micro_rows(std::size_t rows, const std::uint16_t* w, std::size_t ldw, const std::uint16_t* xp,
                          std::size_t kc, float* c, std::size_t ldc, bool accumulate, std::index_sequence<MR...> seq) {
     gemm_bf16_micro_rows(rows, w, ldw, xp, kc, c, ldc, accumulate, seq);
-  }
-  static void unpack(const float* yt, std::size_t ld, std::size_t rows, std::size_t n, float* y, std::size_t ldy) {
-    transpose_f32(yt, ld, rows, n, y, ldy);
   }
 };
 
