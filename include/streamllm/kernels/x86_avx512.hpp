@@ -669,35 +669,10 @@ STREAMLLM_AVX512 inline void f16_to_f32_row(const std::uint16_t* src, std::size_
   for (; i < n; ++i) dst[i] = f16_to_f32(src[i]);
 }
 
-// One row of `cols` elements (whole blocks) of a quantised or f16 type to
-// bf16, vectorised for the types prefill meets most (Q8_0, Q4_0).
+// One row of `cols` elements (whole blocks) of a quantised type to bf16, for
+// the bf16 tiles (the K-quants; Q8_0 and Q4_0 take the int8 tiles).
 STREAMLLM_AVX512 inline void dequantize_row_bf16(DType t, const std::byte* src, std::size_t cols,
                                                  std::uint16_t* dst, float* tmp) {
-  if (t == DType::Q8_0) {
-    const auto* b = reinterpret_cast<const quant::BlockQ8_0*>(src);
-    for (std::size_t i = 0; i < cols / 32; ++i) {
-      const __m512 d = _mm512_set1_ps(_cvtsh_ss(b[i].d));
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs));
-      const __m512 lo = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))));
-      const __m512 hi = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))));
-      _mm512_storeu_si512(dst + 32 * i, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
-    }
-    return;
-  }
-  if (t == DType::Q4_0) {
-    const auto* b = reinterpret_cast<const quant::BlockQ4_0*>(src);
-    const __m128i m = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
-    for (std::size_t i = 0; i < cols / 32; ++i) {
-      const __m512 d = _mm512_set1_ps(_cvtsh_ss(b[i].d));
-      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs));
-      const __m128i lo = _mm_sub_epi8(_mm_and_si128(v, m), eight);
-      const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), m), eight);
-      const __m512 flo = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo)));
-      const __m512 fhi = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi)));
-      _mm512_storeu_si512(dst + 32 * i, (__m512i)_mm512_cvtne2ps_pbh(fhi, flo));
-    }
-    return;
-  }
   if (t == DType::Q4_K || t == DType::Q6_K)
     dequantize_row_kquant(t, src, cols, tmp);
   else
