@@ -2,7 +2,10 @@
 // problem; nothing crashes, and a rejected call changes no state.
 #include <unistd.h>
 
+#include <atomic>
 #include <fstream>
+#include <mutex>
+#include <thread>
 
 #include "common.hpp"
 
@@ -111,6 +114,66 @@ TEST_CASE("token ids out of range are rejected before any state changes", "[erro
   const std::vector<TokenId> prompt{1, 20, 999, 30};
   REQUIRE_THROWS_WITH(model.prefill(prompt, cache), Catch::Contains("token id 999 at index 2"));
   REQUIRE(cache.size() == 1);
+}
+
+TEST_CASE("a Llama is one thread's at a time, and threads with their own over the same weights run alongside", "[errors][threads]") {
+  auto model = load_llama<Stories>(test::model_path("stories260K.bin"));
+  std::vector<TokenId> prompt(200);
+  for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<TokenId>(1 + (i * 37) % 500);
+
+  // Alone, then two threads each on a Llama of its own sharing the weights:
+  // the same logits, bit for bit (each row's sums run in the same order).
+  KVCache<Stories> solo_cache;
+  const auto solo = model.prefill(prompt, solo_cache);
+  const std::vector<float> expected(solo.begin(), solo.end());
+  std::vector<float> got[2];
+  {
+    std::thread threads[2];
+    for (int t = 0; t < 2; ++t)
+      threads[t] = std::thread([&, t] {
+        Llama<Stories> mine(model.weights());
+        KVCache<Stories> cache;
+        for (int rep = 0; rep < 5; ++rep) {
+          cache.clear();
+          const auto l = mine.prefill(prompt, cache);
+          got[t].assign(l.begin(), l.end());
+        }
+      });
+    for (auto& th : threads) th.join();
+  }
+  REQUIRE(got[0] == expected);
+  REQUIRE(got[1] == expected);
+
+  // Two threads on the one Llama: passes that overlap are refused with an
+  // error saying why, instead of racing on its scratch space.
+  std::atomic<int> refused = 0;
+  std::string message;
+  std::mutex message_mu;
+  {
+    std::thread threads[2];
+    for (auto& th : threads)
+      th = std::thread([&] {
+        KVCache<Stories> cache;
+        for (int rep = 0; rep < 400 && refused == 0; ++rep) {
+          cache.clear();
+          try {
+            model.prefill(prompt, cache);
+          } catch (const InputError& e) {
+            std::lock_guard lock(message_mu);
+            message = e.what();
+            ++refused;
+          }
+        }
+      });
+    for (auto& th : threads) th.join();
+  }
+  INFO(message);
+  REQUIRE(refused > 0);
+  REQUIRE_THAT(message, Catch::Contains("another thread") && Catch::Contains("model.weights()"));
+  // And the model is whole afterwards.
+  KVCache<Stories> after;
+  const auto again = model.prefill(prompt, after);
+  REQUIRE(std::vector<float>(again.begin(), again.end()) == expected);
 }
 
 TEST_CASE("a prompt longer than the dense cache is an error, and the cache is untouched", "[errors]") {

@@ -17,12 +17,15 @@ namespace {
 Llama<Stories>& model() { return test::stories_model(); }
 const Tokenizer& tok() { return test::stories_tokenizer(); }
 
-// A server on a free loopback port, serving on its own thread.
+// A server on a free loopback port, serving on its own thread. Each has its
+// own Llama over the shared weights: a test may run two servers at once, and
+// computes the library's side on the test's thread.
 struct Running {
+  Llama<Stories> own_model{model().weights()};
   server::CompletionServer<Stories> srv;
   int port;
   std::thread thread;
-  explicit Running(server::Options o) : srv(model(), tok(), (o.port = 0, o)), port(srv.bind()), thread([this] { srv.serve(); }) {
+  explicit Running(server::Options o) : srv(own_model, tok(), (o.port = 0, o)), port(srv.bind()), thread([this] { srv.serve(); }) {
     for (int i = 0; i < 200 && !srv.running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ~Running() {

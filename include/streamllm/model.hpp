@@ -2,6 +2,11 @@
 // compile-time shape. It holds the weights and scratch space, never a cache:
 // every call names the caches it reads and extends, so one model serves any
 // number of sequences, and one call can run many of them (continuous batching).
+// The scratch space makes a Llama one caller's at a time: threads that run
+// passes concurrently each take their own, `Llama<Config> mine(model.weights())`,
+// which shares the weights (views into one mapping) and costs only scratch.
+// A second thread entering forward() while one runs gets an InputError, not
+// a race on the scratch.
 //
 // Per layer, for all rows (tokens) of all sequences in the call at once:
 //   xb = rmsnorm(x) * attn_norm
@@ -13,6 +18,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstring>
 #include <functional>
@@ -105,6 +111,7 @@ class Llama {
 
   // One batched pass over every token of every sequence.
   Logits forward(std::span<const Sequence> seqs) {
+    const OneCallerAtATime guard(in_forward_);
     validate(seqs);
     plan_rows(seqs);
     const std::size_t R = rows_.size();
@@ -130,6 +137,27 @@ class Llama {
     std::size_t first_row;   // first row of its sequence's chunk
     std::int64_t first_pos;  // text position of that first row
     TokenId token;
+  };
+
+  // Copies and moves of a Llama start idle, whatever the source was doing.
+  struct InForwardFlag {
+    std::atomic<bool> set{false};
+    InForwardFlag() = default;
+    InForwardFlag(const InForwardFlag&) {}
+    InForwardFlag& operator=(const InForwardFlag&) { return *this; }
+  };
+  struct OneCallerAtATime {
+    InForwardFlag& flag;
+    explicit OneCallerAtATime(InForwardFlag& f) : flag(f) {
+      if (flag.set.exchange(true, std::memory_order_acquire))
+        throw InputError(
+            "forward: this Llama is already running a pass on another thread; its scratch space is one "
+            "caller's at a time: give each thread its own, Llama<Config> mine(model.weights()), which shares "
+            "the weights");
+    }
+    ~OneCallerAtATime() { flag.set.store(false, std::memory_order_release); }
+    OneCallerAtATime(const OneCallerAtATime&) = delete;
+    OneCallerAtATime& operator=(const OneCallerAtATime&) = delete;
   };
 
   static void check_tokens(std::span<const TokenId> tokens, std::size_t seq) {
@@ -290,6 +318,7 @@ class Llama {
   AlignedVector<float> x_, xb_, q_, q_sink_, k_, v_, att_, hb_, hb2_;
   AlignedVector<float> rope_cos_, rope_sin_, sink_cos_, sink_sin_;
   AlignedVector<float> logit_in_, logits_;
+  InForwardFlag in_forward_;
 };
 
 }  // namespace streamllm
