@@ -188,3 +188,35 @@ TEST_CASE("the VNNI kernels equal their portable twins, which do the same intege
     }
   }
 }
+
+TEST_CASE("matmul_shared gives each matrix what matmul gives it, fused or not", "[quant][kernels]") {
+  // wq/wk/wv-like targets (one large, two small, strided outputs) in one
+  // type, and a mix of types, which falls back to a matmul per target.
+  const std::int64_t cols = 2048;
+  const std::int64_t rows[] = {300, 40, 40};
+  const std::vector<std::vector<DType>> cases = {{DType::Q8_0, DType::Q8_0, DType::Q8_0},
+                                                 {DType::Q4_0, DType::Q4_0, DType::Q4_0},
+                                                 {DType::Q4_0, DType::Q8_0, DType::F32}};
+  for (const auto& types : cases) {
+    std::vector<Matrix> ms;
+    for (std::size_t i = 0; i < 3; ++i)
+      ms.emplace_back(types[i], normal(static_cast<std::size_t>(rows[i] * cols), static_cast<std::uint32_t>(20 + i), 0.05f), rows[i], cols);
+    for (std::size_t n : {1, 2, 8, 16, 17}) {
+      const auto x = normal(n * static_cast<std::size_t>(cols), 9);
+      std::vector<std::vector<float>> shared(3), alone(3);
+      std::vector<k::MatmulTarget> targets;
+      for (std::size_t i = 0; i < 3; ++i) {
+        const auto ldy = static_cast<std::size_t>(rows[i]) + 3;
+        shared[i].assign(n * ldy, -1.0f);
+        alone[i].assign(n * ldy, -1.0f);
+        targets.push_back({&ms[i].view, shared[i].data(), ldy});
+        k::matmul(ms[i].view, x.data(), n, static_cast<std::size_t>(cols), alone[i].data(), ldy);
+      }
+      k::matmul_shared(targets, x.data(), n, static_cast<std::size_t>(cols));
+      for (std::size_t i = 0; i < 3; ++i) {
+        INFO(dtype_name(types[i]) << " target " << i << " n " << n);
+        REQUIRE(shared[i] == alone[i]);  // the same kernels on the same activations: bit for bit, padding untouched
+      }
+    }
+  }
+}

@@ -220,9 +220,8 @@ class Llama {
     const float eps = w_.hparams.rms_eps;
 
     for (std::size_t r = 0; r < R; ++r) kernels::rmsnorm(xb_.data() + r * D, x_.data() + r * D, lw.attn_norm, D, eps);
-    kernels::matmul(lw.wq, xb_.data(), R, D, q_.data(), D);
-    kernels::matmul(lw.wk, xb_.data(), R, D, k_.data(), KV);
-    kernels::matmul(lw.wv, xb_.data(), R, D, v_.data(), KV);
+    const kernels::MatmulTarget qkv[] = {{&lw.wq, q_.data(), D}, {&lw.wk, k_.data(), KV}, {&lw.wv, v_.data(), KV}};
+    kernels::matmul_shared(qkv, xb_.data(), R, D);
     for (std::size_t r = 0; r < R; ++r) {
       // Sink keys are read with the query at its cache position: rotate a copy.
       std::memcpy(q_sink_.data() + r * D, q_.data() + r * D, D * sizeof(float));
@@ -247,8 +246,8 @@ class Llama {
     for (std::size_t r = 0; r < R; ++r) kernels::add_inplace(x_.data() + r * D, xb_.data() + r * D, D);
 
     for (std::size_t r = 0; r < R; ++r) kernels::rmsnorm(xb_.data() + r * D, x_.data() + r * D, lw.ffn_norm, D, eps);
-    kernels::matmul(lw.w_gate, xb_.data(), R, D, hb_.data(), H);
-    kernels::matmul(lw.w_up, xb_.data(), R, D, hb2_.data(), H);
+    const kernels::MatmulTarget gate_up[] = {{&lw.w_gate, hb_.data(), H}, {&lw.w_up, hb2_.data(), H}};
+    kernels::matmul_shared(gate_up, xb_.data(), R, D);
     kernels::silu_gate(hb_.data(), hb2_.data(), R * H);
     kernels::matmul(lw.w_down, hb_.data(), R, H, xb_.data(), D);
     for (std::size_t r = 0; r < R; ++r) kernels::add_inplace(x_.data() + r * D, xb_.data() + r * D, D);

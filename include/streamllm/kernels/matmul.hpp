@@ -15,8 +15,11 @@
 
 #include <Eigen/Core>
 
+#include <algorithm>
 #include <cstddef>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "streamllm/error.hpp"
 #include "streamllm/kernels/activations_q8.hpp"
@@ -83,6 +86,27 @@ inline void with_token_count(std::size_t n, F&& f) {
   }
 }
 
+#ifdef STREAMLLM_HAVE_AVX512_KERNELS
+// The activations of the int8 decode kernels, quantised per token and block
+// (and interleaved for the batched kernel). The instance is the calling
+// thread's: the workers of a parallel loop must be handed the pointer.
+inline const QuantizedActivations* int8_activations(DType type, const float* x, std::size_t ldx, std::size_t n,
+                                                    std::size_t k) {
+  static thread_local QuantizedActivations xa;
+  avx512::quantize_activations_avx512(x, ldx, n, k, xa);
+  if (n > 1) avx512::interleave_groups_avx512(xa, type == DType::Q8_0 ? avx512::Q8_0Row::kGroupShift : avx512::Q4_0Row::kGroupShift);
+  return &xa;
+}
+
+inline void gemv_int8_rows(DType type, std::size_t r0, std::size_t r1, const std::byte* w, std::size_t stride,
+                           const QuantizedActivations* xa, std::size_t n, float* y, std::size_t ldy) {
+  if (type == DType::Q8_0)
+    avx512::gemv_int8_rows<avx512::Q8_0Row>(r0, r1, w, stride, xa, n, y, ldy);
+  else
+    avx512::gemv_int8_rows<avx512::Q4_0Row>(r0, r1, w, stride, xa, n, y, ldy);
+}
+#endif
+
 // Few tokens, any type.
 inline void gemv(const TensorView& w, const float* x, std::size_t n, std::size_t ldx, float* y, std::size_t ldy,
                  Isa isa) {
@@ -105,15 +129,9 @@ inline void gemv(const TensorView& w, const float* x, std::size_t n, std::size_t
         });
       case DType::Q8_0:
       case DType::Q4_0: {
-        static thread_local QuantizedActivations xa;
-        avx512::quantize_activations_avx512(x, ldx, n, k, xa);
-        if (n > 1) avx512::interleave_groups_avx512(xa, w.type == DType::Q8_0 ? avx512::Q8_0Row::kGroupShift : avx512::Q4_0Row::kGroupShift);
-        const QuantizedActivations* xap = &xa;
+        const QuantizedActivations* xa = int8_activations(w.type, x, ldx, n, k);
         return parallel_chunks(m, chunk, work, [&](std::size_t r0, std::size_t r1) {
-          if (w.type == DType::Q8_0)
-            avx512::gemv_int8_rows<avx512::Q8_0Row>(r0, r1, w.data, stride, xap, n, y, ldy);
-          else
-            avx512::gemv_int8_rows<avx512::Q4_0Row>(r0, r1, w.data, stride, xap, n, y, ldy);
+          gemv_int8_rows(w.type, r0, r1, w.data, stride, xa, n, y, ldy);
         });
       }
       case DType::Q4_K:
@@ -212,6 +230,56 @@ inline void matmul(const TensorView& w, const float* x, std::size_t n, std::size
     gemv(w, x, n, ldx, y, ldy, isa);
   else
     gemm_typed(w, x, n, ldx, y, ldy, isa);
+}
+
+// One product of matmul_shared: y[n][ldy] = x W^T.
+struct MatmulTarget {
+  const TensorView* w;
+  float* y;
+  std::size_t ldy;
+};
+
+// Several matrices against the same activations (wq, wk, wv; w_gate, w_up).
+// On the int8 decode path, when they share one type, the activations are
+// quantised once for all of them and the rows of all the matrices are chunks
+// of one parallel loop: one fork-join instead of several, and the small
+// matrices' chunks fill the threads' tails. Otherwise one matmul per target.
+inline void matmul_shared(std::span<const MatmulTarget> targets, const float* x, std::size_t n, std::size_t ldx,
+                          Isa isa = active_isa()) {
+  if (n == 0 || targets.empty()) return;
+#ifdef STREAMLLM_HAVE_AVX512_KERNELS
+  const DType type = targets[0].w->type;
+  const auto k = static_cast<std::size_t>(targets[0].w->cols);
+  const bool fused = isa == Isa::Avx512Bf16Vnni && (type == DType::Q8_0 || type == DType::Q4_0) &&
+                     n <= kMaxInt8GemvTokens && std::all_of(targets.begin(), targets.end(), [&](const MatmulTarget& t) {
+                       return t.w->type == type && static_cast<std::size_t>(t.w->cols) == k;
+                     });
+  if (fused) {
+    const QuantizedActivations* xa = int8_activations(type, x, ldx, n, k);
+    struct Chunk {
+      const MatmulTarget* target;
+      std::size_t r0, r1;
+    };
+    static thread_local std::vector<Chunk> chunks;
+    chunks.clear();
+    std::size_t work = 0;
+    for (const MatmulTarget& t : targets) {
+      const auto m = static_cast<std::size_t>(t.w->rows);
+      const std::size_t rows = gemv_chunk_rows(static_cast<std::size_t>(t.w->row_stride), m, n);
+      for (std::size_t r0 = 0; r0 < m; r0 += rows) chunks.push_back({&t, r0, std::min(m, r0 + rows)});
+      work += m * k * n;
+    }
+    const Chunk* list = chunks.data();  // the workers must not read their own thread_local
+    parallel_chunks(chunks.size(), 1, work, [&](std::size_t c0, std::size_t c1) {
+      for (std::size_t c = c0; c < c1; ++c) {
+        const MatmulTarget& t = *list[c].target;
+        gemv_int8_rows(type, list[c].r0, list[c].r1, t.w->data, static_cast<std::size_t>(t.w->row_stride), xa, n, t.y, t.ldy);
+      }
+    });
+    return;
+  }
+#endif
+  for (const MatmulTarget& t : targets) matmul(*t.w, x, n, ldx, t.y, t.ldy, isa);
 }
 
 namespace scalar {
