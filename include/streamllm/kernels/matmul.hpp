@@ -57,7 +57,7 @@ inline std::size_t gemv_token_limit(const TensorView& w, Isa isa) {
 // TinyLlama Q4_0, 8 sequences, 2 threads: 256 x 2048 245 -> 285 GOP/s.)
 inline std::size_t gemv_chunk_rows(std::size_t row_bytes, std::size_t rows, std::size_t tokens) {
   const auto threads = static_cast<std::size_t>(std::max(1, omp_get_max_threads()));
-  std::size_t chunks = (rows * row_bytes + (std::size_t(256) << 10) - 1) / (std::size_t(256) << 10);
+  std::size_t chunks = std::max<std::size_t>(1, (rows * row_bytes + (std::size_t(256) << 10) - 1) / (std::size_t(256) << 10));
   if (tokens > 1) chunks = std::max(chunks, 4 * threads);
   chunks = (chunks + threads - 1) / threads * threads;
   return std::max<std::size_t>(4, (rows + chunks - 1) / chunks);

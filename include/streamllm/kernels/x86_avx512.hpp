@@ -430,7 +430,7 @@ STREAMLLM_AVX512 inline void gemv_int8_row_groups(const std::byte* w, std::size_
     // Two rows ahead, at the same column: where the kernel reads next when k
     // is sliced (w_down: 2048 x 5632 Q4_0, 8 tokens, 2 threads, 310-360 ->
     // 430-445 GOP/s against kPrefetchBytes ahead, which lands in this row's
-    // next slice); as far ahead as kPrefetchBytes when it is not.
+    // next slice); 2-4 KB ahead in the stream when k is whole (TinyLlama).
     if (kPrefetchInt8) prefetch_ahead(reinterpret_cast<const std::byte*>(blk) + 2 * row_bytes, 16 * sizeof(Block));
     __m512i wq[8];
     const __m512 dw = Row::load_group16(blk, wq);
