@@ -4,10 +4,14 @@
 
 #include <atomic>
 #include <fstream>
+#include <limits>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "common.hpp"
+#include "streamllm/io/convert.hpp"
 
 using namespace streamllm;
 using test::Stories;
@@ -203,4 +207,77 @@ TEST_CASE("a tokenizer whose vocabulary is not the model's is rejected by genera
   const Tokenizer big(test::model_path("tokenizer.model"));
   KVCache<Stories> cache;
   REQUIRE_THROWS_WITH(generate(model, big, cache, "Hi", {}, nullptr), Catch::Contains("32000"));
+}
+
+namespace {
+
+// The weights of `source` with one row of the embedding (token `poisoned`)
+// made NaN: the sequences that read that token see NaN activations through
+// every layer; the others do not.
+struct PoisonedEmbedding {
+  std::vector<float> table;
+  ModelWeights<Stories> weights;
+  PoisonedEmbedding(const ModelWeights<Stories>& source, TokenId poisoned) : weights(source) {
+    constexpr std::int64_t V = Stories::Vocab, D = Stories::Dim;
+    table.resize(static_cast<std::size_t>(V * D));
+    for (std::int64_t r = 0; r < V; ++r) kernels::dequantize_row(source.token_embedding, r, table.data() + r * D);
+    for (std::int64_t c = 0; c < D; ++c) table[static_cast<std::size_t>(poisoned * D + c)] = std::numeric_limits<float>::quiet_NaN();
+    weights.token_embedding = TensorView::dense(DType::F32, reinterpret_cast<const std::byte*>(table.data()), V, D);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("NaN in the weights reaches the logits as NaN, sampling them is an error, other sequences go on", "[errors]") {
+  // f32 weights, and Q8_0 ones whose matrices quantise NaN activations to int8.
+  const auto q8 = (scratch() / "stories260K-q8_0.gguf").string();
+  io::convert_llama2c_to_gguf(test::model_path("stories260K.bin"), test::model_path("tok512.model"), q8, io::ConvertRecipe::Q8_0);
+  const std::string files[] = {test::model_path("stories260K.bin"), q8};
+  for (const auto& file : files) {
+    INFO(file);
+    const auto source = load_llama<Stories>(file);
+    constexpr TokenId kPoison = 300;
+    PoisonedEmbedding p(source.weights(), kPoison);
+    Llama<Stories> model(p.weights);
+    const std::vector<TokenId> healthy = {1, 50, 60, 70}, sick = {1, 50, kPoison, 70};
+    KVCache<Stories> a, b;
+    const auto good = model.prefill(healthy, a);
+    const std::vector<float> good_logits(good.begin(), good.end());
+    KVCache<Stories> ref_cache;
+    Llama<Stories> clean(source.weights());
+    const auto ref = clean.prefill(healthy, ref_cache);
+    REQUIRE(good_logits == std::vector<float>(ref.begin(), ref.end()));  // the poison is only in row 300
+    const auto bad = model.prefill(sick, b);
+    for (float v : bad) REQUIRE(std::isnan(v));
+    Sampler sampler;
+    REQUIRE_THROWS_WITH(sampler.sample(bad), Catch::Contains("is NaN") && Catch::Contains("weights hold NaN/Inf"));
+
+    // In one batch: the sick sequence ends with the error, the healthy one
+    // generates what it generates alone.
+    BatchScheduler<Stories> sched(model, test::stories_tokenizer(), {4, 64, 64});
+    std::optional<Completion> done_sick, done_healthy;
+    for (int i = 0; i < 2; ++i) {
+      BatchScheduler<Stories>::Request r;
+      r.prompt = i == 0 ? sick : healthy;
+      r.cache = std::make_unique<KVCache<Stories>>();
+      r.options.max_new_tokens = 12;
+      r.options.stop_at_eos = false;
+      r.on_done = [&, i](const Completion& c) { (i == 0 ? done_sick : done_healthy) = c; };
+      sched.submit(std::move(r));
+    }
+    sched.run_until_idle();
+    REQUIRE(done_sick.has_value());
+    REQUIRE_THAT(done_sick->error, Catch::Contains("is NaN"));
+    REQUIRE(done_sick->tokens.empty());
+    REQUIRE(done_healthy.has_value());
+    REQUIRE(done_healthy->error.empty());
+    KVCache<Stories> solo;
+    std::vector<TokenId> want;
+    auto logits = model.prefill(healthy, solo);
+    for (int i = 0; i < 12; ++i) {
+      want.push_back(argmax(logits));
+      if (i < 11) logits = model.decode(want.back(), solo);
+    }
+    REQUIRE(done_healthy->tokens == want);
+  }
 }

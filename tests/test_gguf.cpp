@@ -6,7 +6,9 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <limits>
 #include <random>
+#include <sstream>
 
 #include "common.hpp"
 #include "streamllm/io/convert.hpp"
@@ -359,4 +361,65 @@ TEST_CASE("corrupt GGUF files are errors that say what is wrong", "[gguf][errors
   } catch (const FileError& e) {
     REQUIRE_THAT(e.what(), Catch::Contains("dim is 64 in the file but 288 in the template"));
   }
+}
+
+TEST_CASE("tokenizer metadata and hyper-parameters outside their domain are errors naming the key", "[gguf][errors]") {
+  const GgufBytes valid;
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  // Element i of a metadata array of 4-byte numbers: after the key, its value
+  // type, the element type and the count.
+  auto element = [](const GgufBytes& g, const std::string& key, std::size_t i) { return g.find(key) + key.size() + 4 + 4 + 8 + 4 * i; };
+  auto scalar = [](const GgufBytes& g, const std::string& key) { return g.find(key) + key.size() + 4; };
+  auto tokenizer_error = [](const std::string& path) -> std::string {
+    try {
+      (void)Tokenizer::load(path);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  for (std::int32_t bad : {9, -1}) {
+    GgufBytes g = valid;
+    g.put<std::int32_t>(element(g, "tokenizer.ggml.token_type", 7), bad);
+    const auto path = g.save("types.gguf");
+    REQUIRE_THAT(tokenizer_error(path), Catch::Contains(path) && Catch::Contains("tokenizer.ggml.token_type[7] is " + std::to_string(bad) +
+                                                                               ", not a token type (0-6)"));
+  }
+  for (float bad : {nan, inf}) {
+    GgufBytes g = valid;
+    g.put<float>(element(g, "tokenizer.ggml.scores", 5), bad);
+    REQUIRE_THAT(tokenizer_error(g.save("scores.gguf")), Catch::Contains("tokenizer.ggml.scores[5] is not a finite float"));
+  }
+  const std::pair<const char*, float> hparams[] = {{"llama.attention.layer_norm_rms_epsilon", 1e30f},
+                                                   {"llama.attention.layer_norm_rms_epsilon", nan},
+                                                   {"llama.attention.layer_norm_rms_epsilon", 0.0f},
+                                                   {"llama.rope.freq_base", inf},
+                                                   {"llama.rope.freq_base", -1.0f}};
+  for (const auto& [key, bad] : hparams) {
+    GgufBytes g = valid;
+    g.put<float>(scalar(g, key), bad);
+    std::ostringstream shown;
+    shown << static_cast<double>(bad);
+    INFO(key << " = " << bad);
+    REQUIRE_THAT(gguf_error(g.save("hparams.gguf")), Catch::Contains(std::string(key) + " (" + shown.str() + ")"));
+  }
+}
+
+TEST_CASE("a SentencePiece .model with a piece type or special id out of range is an error naming it", "[gguf][tokenizer][errors]") {
+  const auto sp = io::SentencePieceModel::read(test::model_path("tok512.model"));
+  auto error_of = [](io::SentencePieceModel m) -> std::string {
+    try {
+      (void)io::SentencePieceModel::parse(m.serialize(), "edited.model");
+    } catch (const FileError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  REQUIRE(error_of(sp) == "no error");
+  auto bad_type = sp;
+  bad_type.pieces[7].type = 9;
+  REQUIRE_THAT(error_of(bad_type), Catch::Contains("edited.model") && Catch::Contains("piece 7 has type 9"));
+  auto bad_id = sp;
+  bad_id.bos_id = 512;
+  REQUIRE_THAT(error_of(bad_id), Catch::Contains("bos_id 512 is outside the 512 pieces"));
 }

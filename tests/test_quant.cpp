@@ -2,6 +2,7 @@
 // and portable) against the exact oracle (rows dequantised, product in double).
 #include <immintrin.h>
 
+#include <limits>
 #include <random>
 
 #include "common.hpp"
@@ -216,6 +217,68 @@ TEST_CASE("matmul_shared gives each matrix what matmul gives it, fused or not", 
       for (std::size_t i = 0; i < 3; ++i) {
         INFO(dtype_name(types[i]) << " target " << i << " n " << n);
         REQUIRE(shared[i] == alone[i]);  // the same kernels on the same activations: bit for bit, padding untouched
+      }
+    }
+  }
+}
+
+TEST_CASE("quantisers reject values their type cannot hold, and blocks too small for a scale become zeros", "[quant][errors]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
+    const std::int64_t cols = traits(t).block_elems == 256 ? 256 : 64;
+    std::vector<std::byte> out(static_cast<std::size_t>(row_bytes(t, cols)));
+    auto x = normal(static_cast<std::size_t>(cols), 3);
+    INFO(dtype_name(t));
+    for (float bad : {nan, inf, -inf}) {
+      x[37] = bad;
+      REQUIRE_THROWS_WITH(quant::quantize_row(t, x.data(), cols, out.data()),
+                          Catch::Contains(std::string(dtype_name(t))) && Catch::Contains("column 37 is not finite"));
+    }
+    x[37] = -1e6f;  // beyond f16, whose range bounds F16 and every block scale
+    if (t == DType::F32 || t == DType::BF16)
+      REQUIRE_NOTHROW(quant::quantize_row(t, x.data(), cols, out.data()));
+    else
+      REQUIRE_THROWS_WITH(quant::quantize_row(t, x.data(), cols, out.data()), Catch::Contains("column 37 is beyond the type's range"));
+    // Subnormal blocks: 1/scale overflows; they must come back as (near) zeros, not NaN.
+    std::vector<float> tiny(static_cast<std::size_t>(cols)), back(tiny.size());
+    for (std::size_t i = 0; i < tiny.size(); ++i) tiny[i] = i % 3 == 0 ? 0.0f : (i % 2 ? 1e-39f : -2e-40f);
+    quant::quantize_row(t, tiny.data(), cols, out.data());
+    quant::dequantize_row(t, out.data(), cols, back.data());
+    for (float v : back) REQUIRE(std::abs(v) <= 1e-38f);
+  }
+}
+
+TEST_CASE("NaN and Inf activations come out as NaN or Inf from every kernel path, and leave other tokens alone",
+          "[quant][kernels][errors]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
+    const std::int64_t cols = 512, rows = 19;
+    const Matrix m(t, normal(static_cast<std::size_t>(rows * cols), 8, 0.05f), rows, cols);
+    for (std::size_t n : {1, 2, 5, 17, 40}) {
+      const auto clean = normal(n * static_cast<std::size_t>(cols), 9);
+      auto x = clean;
+      // Token 0 gets a NaN, the last token (when there are several) an Inf;
+      // a middle token a subnormal block, which must stay finite.
+      x[100] = nan;
+      if (n > 1) x[(n - 1) * static_cast<std::size_t>(cols) + 300] = inf;
+      if (n > 2)
+        for (std::size_t c = 0; c < 32; ++c) x[static_cast<std::size_t>(cols) + 64 + c] = 1e-39f;
+      for (k::Isa isa : {k::Isa::Avx512Bf16Vnni, k::Isa::Portable}) {
+        if (isa == k::Isa::Avx512Bf16Vnni && !has_fast_path()) continue;
+        std::vector<float> got(n * static_cast<std::size_t>(rows)), ref(got.size());
+        k::matmul(m.view, x.data(), n, static_cast<std::size_t>(cols), got.data(), static_cast<std::size_t>(rows), isa);
+        k::matmul(m.view, clean.data(), n, static_cast<std::size_t>(cols), ref.data(), static_cast<std::size_t>(rows), isa);
+        for (std::size_t j = 0; j < n; ++j)
+          for (std::size_t r = 0; r < static_cast<std::size_t>(rows); ++r) {
+            INFO(dtype_name(t) << " n " << n << " isa " << k::to_string(isa) << " token " << j << " row " << r);
+            const float y = got[j * static_cast<std::size_t>(rows) + r];
+            if (j == 0 || j == n - 1)
+              REQUIRE(!std::isfinite(y));
+            else if (j == 1)
+              REQUIRE(std::isfinite(y));
+            else
+              REQUIRE(y == ref[j * static_cast<std::size_t>(rows) + r]);  // untouched tokens: the same numbers
+          }
       }
     }
   }

@@ -1,4 +1,5 @@
 // Sampling: seeded reproducibility, and each filter doing what it says.
+#include <limits>
 #include <random>
 
 #include "common.hpp"
@@ -117,4 +118,23 @@ TEST_CASE("sampling parameters out of their domain are rejected", "[sampler][err
   p = {};
   p.top_k = -2;
   REQUIRE_THROWS_AS(Sampler(p), InputError);
+}
+
+TEST_CASE("NaN or +Inf logits are an error naming the token; -Inf is a masked token", "[sampler][errors]") {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float temperature : {0.0f, 0.8f}) {
+    SamplingParams p;
+    p.temperature = temperature;
+    p.top_k = 2;
+    Sampler s(p);
+    INFO("temperature " << temperature);
+    std::vector<float> l = {1.0f, 0.5f, std::numeric_limits<float>::quiet_NaN(), 0.2f};
+    REQUIRE_THROWS_WITH(s.sample(l), Catch::Contains("the logit of token 2 is NaN"));
+    REQUIRE_THROWS_AS(s.candidates(l), InputError);
+    l[2] = inf;
+    REQUIRE_THROWS_WITH(s.sample(l), Catch::Contains("the logit of token 2 is +Inf"));
+    l = {-inf, 0.5f, -inf, -inf};
+    for (int i = 0; i < 20; ++i) REQUIRE(s.sample(l) == 1);
+    REQUIRE_THROWS_AS(s.sample(std::span<const float>{}), InputError);
+  }
 }

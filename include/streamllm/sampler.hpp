@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <utility>
@@ -88,6 +89,7 @@ class Sampler {
   // Picks the next token; `history` holds the tokens seen so far (only its
   // last repetition_window entries matter).
   TokenId sample(std::span<const float> logits, std::span<const TokenId> history = {}) {
+    check_logits(logits);
     if (params_.temperature <= 0.0f && !penalised(history)) return argmax(logits);
     const std::vector<Candidate>& kept = candidates(logits, history);
     if (params_.temperature <= 0.0f) return kept.front().id;
@@ -103,6 +105,7 @@ class Sampler {
   // that sum to 1 (after temperature, top-k and top-p). With temperature 0
   // only the argmax is kept.
   const std::vector<Candidate>& candidates(std::span<const float> logits, std::span<const TokenId> history = {}) {
+    check_logits(logits);
     cand_.resize(logits.size());
     for (std::size_t i = 0; i < logits.size(); ++i) cand_[i] = {static_cast<TokenId>(i), logits[i]};
     apply_penalty(history);
@@ -138,6 +141,18 @@ class Sampler {
     cand_.resize(keep);
     for (std::size_t i = 0; i < keep; ++i) cand_[i].p = static_cast<float>(probs_[i] / kept_mass);
     return cand_;
+  }
+
+  // NaN or +Inf cannot be ranked or normalised (sorting NaN is undefined
+  // behaviour); they come from weights holding NaN/Inf or from activations
+  // that overflowed. -Inf is a masked token and stays.
+  static void check_logits(std::span<const float> logits) {
+    if (logits.empty()) throw InputError("sampling: no logits");
+    for (std::size_t i = 0; i < logits.size(); ++i)
+      if (std::isnan(logits[i]) || logits[i] == std::numeric_limits<float>::infinity())
+        throw InputError("sampling: the logit of token " + std::to_string(i) + " is " +
+                         (std::isnan(logits[i]) ? "NaN" : "+Inf") +
+                         "; the model's weights hold NaN/Inf or its activations overflowed");
   }
 
  private:

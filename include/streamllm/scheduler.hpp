@@ -47,7 +47,7 @@ struct Completion {
   std::size_t prompt_tokens = 0;
   StopReason stop = StopReason::MaxTokens;
   bool cancelled = false;
-  std::string error;            // set when the sequence failed (its callback threw)
+  std::string error;            // set when the sequence failed (its callback threw, its logits were NaN, ...)
   double time_to_first_token_s = 0;
   double total_s = 0;
 };
@@ -115,7 +115,15 @@ class BatchScheduler {
     if (!batch_.empty()) {
       try {
         const auto logits = model_->forward(batch_);
-        for (std::size_t i = 0; i < batch_.size(); ++i) advance(*in_batch_[i], logits.last(i));
+        for (std::size_t i = 0; i < batch_.size(); ++i) {
+          Seq& s = *in_batch_[i];
+          try {
+            advance(s, logits.last(i));
+          } catch (const std::exception& e) {  // this sequence's sampling failed (NaN logits, say)
+            s.result.error = e.what();
+            finish(s, StopReason::Callback);
+          }
+        }
       } catch (const std::exception& e) {
         // The forward itself failed (out of memory, say): the sequences of
         // this batch end with the error, the scheduler goes on with the rest.

@@ -1,27 +1,44 @@
-// libFuzzer target: any bytes through the GGUF reader, the llama shape and
-// the tokenizer metadata. Only streamllm::Error may come out; AddressSanitizer
-// and UBSan catch any read outside the buffer.
+// libFuzzer target: any bytes through the GGUF reader, the llama shape, the
+// tokenizer metadata, (when the bytes hold a whole model of FuzzShape) the
+// weight loader and a forward pass, and the SentencePiece .model parser. Only streamllm::Error may come out;
+// AddressSanitizer and UBSan catch any read outside the buffer and any
+// undefined conversion of a value taken from the file.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
+#include "fuzz_shape.hpp"
+#include "streamllm/cache/kv_cache.hpp"
 #include "streamllm/io/gguf.hpp"
 #include "streamllm/io/gguf_model.hpp"
 #include "streamllm/io/sentencepiece_model.hpp"
+#include "streamllm/model.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  using streamllm::fuzz::FuzzShape;
+  const auto* bytes = reinterpret_cast<const std::byte*>(data);
   try {
-    const streamllm::io::GgufFile f(reinterpret_cast<const std::byte*>(data), size, "fuzz-input");
-    for (const auto& t : f.tensors())
+    const auto f = std::make_shared<const streamllm::io::GgufFile>(bytes, size, "fuzz-input");
+    for (const auto& t : f->tensors())
       if (t.bytes > 0) {
         volatile std::byte last = t.data[t.bytes - 1];  // must be inside the buffer
         (void)last;
       }
-    (void)streamllm::io::gguf_shape(f);
+    (void)streamllm::io::gguf_shape(*f);
+    streamllm::Llama<FuzzShape> model(streamllm::io::load_gguf<FuzzShape>(f));
+    streamllm::KVCache<FuzzShape> cache;
+    const streamllm::TokenId prompt[] = {1, 3, 5};
+    (void)model.prefill(prompt, cache);
+    (void)model.decode(2, cache);
   } catch (const streamllm::Error&) {
   }
   try {
-    const streamllm::io::GgufFile f(reinterpret_cast<const std::byte*>(data), size, "fuzz-input");
+    const streamllm::io::GgufFile f(bytes, size, "fuzz-input");
     (void)streamllm::io::SentencePieceModel::from_gguf(f).serialize();
+  } catch (const streamllm::Error&) {
+  }
+  try {  // the same bytes as a SentencePiece .model (protobuf)
+    (void)streamllm::io::SentencePieceModel::parse({reinterpret_cast<const char*>(data), size}, "fuzz-input").serialize();
   } catch (const streamllm::Error&) {
   }
   return 0;

@@ -1,10 +1,54 @@
 // Writes small valid GGUF files as the fuzzer's seed corpus: every metadata
 // type, string and numeric arrays, tensors of each weight type.
 #include <cstdio>
+#include <fstream>
 #include <string>
 
+#include "fuzz_shape.hpp"
 #include "streamllm/io/gguf_writer.hpp"
+#include "streamllm/io/sentencepiece_model.hpp"
 #include "streamllm/quant/blocks.hpp"
+
+namespace {
+
+// A Llama of FuzzShape with matrices in `type` (norms stay F32).
+void write_model(const std::string& path, streamllm::DType type) {
+  using streamllm::DType;
+  using C = streamllm::fuzz::FuzzShape;
+  streamllm::io::GgufWriter w;
+  w.set("general.architecture", std::string("llama"));
+  w.set("llama.embedding_length", std::uint32_t(C::Dim));
+  w.set("llama.feed_forward_length", std::uint32_t(C::HiddenDim));
+  w.set("llama.block_count", std::uint32_t(C::Layers));
+  w.set("llama.attention.head_count", std::uint32_t(C::Heads));
+  w.set("llama.attention.head_count_kv", std::uint32_t(C::KVHeads));
+  w.set("llama.rope.freq_base", 10000.0f);
+  w.set("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  std::uint32_t seed = 1;
+  auto add = [&](const std::string& name, DType t, std::int64_t rows, std::int64_t cols) {
+    std::vector<float> x(static_cast<std::size_t>(rows * cols));
+    for (float& v : x) v = static_cast<float>((seed = seed * 1103515245u + 12345u) >> 16 & 255u) / 128.0f - 1.0f;
+    const std::int64_t rb = streamllm::row_bytes(t, cols);
+    std::vector<std::byte> b(static_cast<std::size_t>(rb * rows));
+    for (std::int64_t r = 0; r < rows; ++r)
+      streamllm::quant::quantize_row(t, x.data() + r * cols, cols, b.data() + r * rb);
+    w.add_tensor(name, t, rows == 1 ? std::vector<std::int64_t>{cols} : std::vector<std::int64_t>{cols, rows}, b);
+  };
+  add("token_embd.weight", type, C::Vocab, C::Dim);
+  add("blk.0.attn_norm.weight", DType::F32, 1, C::Dim);
+  add("blk.0.attn_q.weight", type, C::Dim, C::Dim);
+  add("blk.0.attn_k.weight", type, C::KVDim, C::Dim);
+  add("blk.0.attn_v.weight", type, C::KVDim, C::Dim);
+  add("blk.0.attn_output.weight", type, C::Dim, C::Dim);
+  add("blk.0.ffn_norm.weight", DType::F32, 1, C::Dim);
+  add("blk.0.ffn_gate.weight", type, C::HiddenDim, C::Dim);
+  add("blk.0.ffn_down.weight", type, C::Dim, C::HiddenDim);
+  add("blk.0.ffn_up.weight", type, C::HiddenDim, C::Dim);
+  add("output_norm.weight", DType::F32, 1, C::Dim);
+  w.write(path);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 2) return 2;
@@ -35,6 +79,15 @@ int main(int argc, char** argv) {
     w.add_tensor("t" + std::to_string(n++), t, {64, 2}, b);
   }
   w.write(dir + "/seed-all-types.gguf");
+  // Whole models of the fuzzer's shape (tests/fuzz/fuzz_shape.hpp), so the
+  // loader and a forward pass run on mutations of real files.
+  for (DType t : {DType::F32, DType::Q8_0, DType::Q4_0}) write_model(dir + "/seed-model-" + std::string(streamllm::dtype_name(t)) + ".gguf", t);
+  io::SentencePieceModel sp;
+  sp.pieces = {{"<unk>", 0, io::SentencePieceModel::Unknown}, {"<s>", 0, io::SentencePieceModel::Control},
+               {"</s>", 0, io::SentencePieceModel::Control}, {"<0x41>", 0, io::SentencePieceModel::Byte},
+               {"\xe2\x96\x81" "a", -1, io::SentencePieceModel::Normal}, {"b", -2, io::SentencePieceModel::Normal}};
+  const std::string proto = sp.serialize();
+  std::ofstream(dir + "/seed-tokenizer.model", std::ios::binary).write(proto.data(), static_cast<std::streamsize>(proto.size()));
   io::GgufWriter empty;
   empty.set("general.architecture", std::string("llama"));
   empty.write(dir + "/seed-empty.gguf");

@@ -116,8 +116,11 @@ inline void add_converted_tensor(GgufWriter& w, ConvertRecipe recipe, const std:
   std::int64_t rows = 1;
   for (std::size_t i = 1; i < dims.size(); ++i) rows *= dims[i];
   std::vector<std::byte> bytes(static_cast<std::size_t>(row_bytes(type, dims[0]) * rows));
-  for (std::int64_t r = 0; r < rows; ++r)
-    quant::quantize_row(type, data + r * dims[0], dims[0], bytes.data() + r * row_bytes(type, dims[0]));
+  for (std::int64_t r = 0; r < rows; ++r) try {
+      quant::quantize_row(type, data + r * dims[0], dims[0], bytes.data() + r * row_bytes(type, dims[0]));
+    } catch (const InputError& e) {
+      throw InputError("tensor " + name + ", row " + std::to_string(r) + ": " + e.what());
+    }
   w.add_tensor(name, type, dims, std::move(bytes));
 }
 
@@ -128,7 +131,11 @@ inline void convert_llama2c_to_gguf(const std::string& model_path, const std::st
   const ModelShape s = read_llama2c_shape(f, &shared);
   GgufWriter w;
   write_llama_metadata(w, s, SentencePieceModel::read(tokenizer_path), recipe, name);
-  for (const auto& t : llama2c_tensors(f)) add_converted_tensor(w, recipe, t.name, t.dims, t.data, s.layers, shared);
+  for (const auto& t : llama2c_tensors(f)) try {
+      add_converted_tensor(w, recipe, t.name, t.dims, t.data, s.layers, shared);
+    } catch (const InputError& e) {  // a value the type cannot hold: the input file's fault
+      throw FileError(model_path, e.what());
+    }
   w.write(out_path);
 }
 

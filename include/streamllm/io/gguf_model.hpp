@@ -4,7 +4,9 @@
 // epsilon) are used.
 #pragma once
 
+#include <cmath>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -43,10 +45,12 @@ struct GgufModelStorage {
   std::vector<AlignedVector<float>> converted;
 };
 
+// The weights of a parsed GGUF file (which they keep alive); every shape is
+// checked against Config.
 template <class Config>
-ModelWeights<Config> load_gguf(const std::string& path, LoadMode mode = LoadMode::Mapped) {
-  auto file = std::make_shared<const GgufFile>(path, mode);
+ModelWeights<Config> load_gguf(std::shared_ptr<const GgufFile> file) {
   const GgufFile& f = *file;
+  const std::string& path = f.path();
   ModelShape shape = gguf_shape(f);
   // llama.context_length is the trained context; the template's MaxSeq sizes
   // the dense cache. Files made by converters often carry a placeholder here
@@ -109,12 +113,21 @@ ModelWeights<Config> load_gguf(const std::string& path, LoadMode mode = LoadMode
   for (std::size_t i = 0; i < used.size(); ++i)
     if (!used[i]) f.fail("tensor '" + f.tensors()[i].name + "' is not part of a Llama 2 model of this shape");
 
-  w.hparams.rope_theta = f.real("llama.rope.freq_base").value_or(10000.0);
-  w.hparams.rms_eps = static_cast<float>(f.real("llama.attention.layer_norm_rms_epsilon").value_or(1e-5));
-  if (!(w.hparams.rope_theta > 0) || !(w.hparams.rms_eps > 0))
-    f.fail("llama.rope.freq_base and llama.attention.layer_norm_rms_epsilon must be positive");
+  const double rope_theta = f.real("llama.rope.freq_base").value_or(10000.0);
+  const double rms_eps = f.real("llama.attention.layer_norm_rms_epsilon").value_or(1e-5);
+  // Checked as doubles: a value beyond float's range must not reach the cast.
+  if (!(rope_theta > 0 && std::isfinite(rope_theta)) || !(rms_eps > 0 && rms_eps < 1))
+    f.fail("llama.rope.freq_base (" + (std::ostringstream() << rope_theta).str() + ") must be a positive number and "
+           "llama.attention.layer_norm_rms_epsilon (" + (std::ostringstream() << rms_eps).str() + ") in (0, 1)");
+  w.hparams.rope_theta = rope_theta;
+  w.hparams.rms_eps = static_cast<float>(rms_eps);
   w.owner = storage;
   return w;
+}
+
+template <class Config>
+ModelWeights<Config> load_gguf(const std::string& path, LoadMode mode = LoadMode::Mapped) {
+  return load_gguf<Config>(std::make_shared<const GgufFile>(path, mode));
 }
 
 }  // namespace streamllm::io

@@ -4,7 +4,9 @@
 // SentencePiece to load.
 #pragma once
 
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -75,7 +77,12 @@ struct SentencePieceModel {
         while (pr.next(g)) {
           if (g.number == 1 && g.wire == 2) p.text = std::string(g.bytes);
           if (g.number == 2 && g.wire == 5) std::memcpy(&p.score, &g.value, 4);
-          if (g.number == 3 && g.wire == 0) p.type = static_cast<int>(g.value);
+          if (g.number == 3 && g.wire == 0) {
+            if (g.value < static_cast<std::uint64_t>(Normal) || g.value > static_cast<std::uint64_t>(Byte))
+              throw FileError(what, "piece " + std::to_string(m.pieces.size()) + " has type " + std::to_string(g.value) +
+                                        ", not a SentencePiece piece type (1-6)");
+            p.type = static_cast<int>(g.value);
+          }
         }
         m.pieces.push_back(std::move(p));
       } else if (f.number == 2 && f.wire == 2) {
@@ -99,6 +106,10 @@ struct SentencePieceModel {
       }
     }
     if (m.pieces.empty()) throw FileError(what, "SentencePiece model has no pieces");
+    const auto n = static_cast<std::int64_t>(m.pieces.size());
+    for (auto [name, id] : {std::pair<const char*, int>{"unk_id", m.unk_id}, {"bos_id", m.bos_id}, {"eos_id", m.eos_id}, {"pad_id", m.pad_id}})
+      if (id < -1 || id >= n)
+        throw FileError(what, std::string(name) + " " + std::to_string(id) + " is outside the " + std::to_string(n) + " pieces");
     return m;
   }
 
@@ -133,10 +144,23 @@ struct SentencePieceModel {
     SentencePieceModel m;
     bool space_runs = false;
     for (std::uint64_t i = 0; i < n; ++i) {
-      Piece p{std::string(tokens->strings[static_cast<std::size_t>(i)]),
-              scores ? static_cast<float>(scores->number_at(i)) : 0.0f,
-              types ? static_cast<int>(types->number_at(i)) : Normal};
-      if (p.type < Normal || p.type > Byte) p.type = Normal;
+      Piece p{std::string(tokens->strings[static_cast<std::size_t>(i)]), 0.0f, Normal};
+      // Values come from the file: range-check before converting (a double
+      // outside float's or int's range does not convert, it is UB).
+      if (scores) {
+        const double s = scores->number_at(i);
+        if (!std::isfinite(s) || std::fabs(s) > std::numeric_limits<float>::max())
+          f.fail("tokenizer.ggml.scores[" + std::to_string(i) + "] is not a finite float");
+        p.score = static_cast<float>(s);
+      }
+      if (types) {
+        // 1..6 as in SentencePiece; llama.cpp writes 0 for "undefined", read as normal.
+        const double t = types->number_at(i);
+        if (!(t >= 0 && t <= static_cast<int>(Byte)) || t != std::floor(t))
+          f.fail("tokenizer.ggml.token_type[" + std::to_string(i) + "] is " + (std::ostringstream() << t).str() +
+                 ", not a token type (0-6)");
+        p.type = t == 0 ? Normal : static_cast<int>(t);
+      }
       if (p.text.size() >= 6 && p.text.find_first_not_of("\xe2\x96\x81") == std::string::npos) space_runs = true;
       m.pieces.push_back(std::move(p));
     }

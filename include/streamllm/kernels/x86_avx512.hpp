@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "streamllm/dtype.hpp"
@@ -113,8 +114,11 @@ STREAMLLM_AVX512 inline void gemv_widen_row(const std::byte* w, std::size_t row_
 // quantize_block, vectorised, with the same rounding (half away from zero).
 STREAMLLM_AVX512 inline std::pair<float, std::int32_t> quantize_block_avx512(const float* v, std::int8_t* q) {
   const __m512 a = _mm512_loadu_ps(v), b = _mm512_loadu_ps(v + 16);
+  const __m512 big = _mm512_set1_ps(std::numeric_limits<float>::max());
+  if ((_mm512_cmp_ps_mask(_mm512_abs_ps(a), big, _CMP_LE_OQ) & _mm512_cmp_ps_mask(_mm512_abs_ps(b), big, _CMP_LE_OQ)) != 0xFFFF)
+    return non_finite_block(q);  // NaN or Inf
   const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
-  const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+  const float d = amax / 127.0f, id = inverse_or_zero(d);
   const __m512 vid = _mm512_set1_ps(id), half = _mm512_set1_ps(0.5f);
   const __m512 sa = _mm512_mul_ps(a, vid), sb = _mm512_mul_ps(b, vid);
   // v + copysign(0.5, v), truncated

@@ -8,8 +8,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <string>
 
 #include "streamllm/dtype.hpp"
+#include "streamllm/error.hpp"
 
 namespace streamllm::quant {
 
@@ -140,11 +143,18 @@ inline void dequantize_row(DType t, const std::byte* src, std::int64_t cols, flo
 
 inline int nearest_int(float x) { return static_cast<int>(std::lround(x)); }
 
+// 1/d, or 0 where that is not finite (d = 0, or a subnormal d whose inverse
+// overflows): such a block quantises to zeros rather than to x * Inf = NaN.
+inline float inverse_or_zero(float d) {
+  const float id = 1.0f / d;
+  return std::abs(id) <= std::numeric_limits<float>::max() ? id : 0.0f;
+}
+
 // Symmetric 8-bit: d = max|x| / 127.
 inline void quantize(const float* x, BlockQ8_0& b) {
   float amax = 0;
   for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::abs(x[j]));
-  const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+  const float d = amax / 127.0f, id = inverse_or_zero(d);
   b.d = f32_to_f16(d);
   for (int j = 0; j < kQK; ++j) b.qs[j] = static_cast<std::int8_t>(std::clamp(nearest_int(x[j] * id), -127, 127));
 }
@@ -158,7 +168,7 @@ inline void quantize(const float* x, BlockQ4_0& b) {
       amax = std::abs(x[j]);
       max = x[j];
     }
-  const float d = max / -8.0f, id = d != 0 ? 1.0f / d : 0.0f;
+  const float d = max / -8.0f, id = inverse_or_zero(d);
   b.d = f32_to_f16(d);
   for (int j = 0; j < kQK / 2; ++j) {
     const int lo = std::clamp(static_cast<int>(x[j] * id + 8.5f), 0, 15);
@@ -230,8 +240,8 @@ inline void quantize(const float* x, BlockQ6K& b) {
       max_scale = scale[s];
     }
   }
-  const float iscale = max_scale != 0 ? -128.0f / max_scale : 0.0f;
-  b.d = f32_to_f16(max_scale != 0 ? 1.0f / iscale : 0.0f);
+  const float iscale = max_scale != 0 && std::isfinite(-128.0f / max_scale) ? -128.0f / max_scale : 0.0f;
+  b.d = f32_to_f16(iscale != 0 ? 1.0f / iscale : 0.0f);
   const float d = f16_to_f32(b.d);
   std::uint8_t q[kQKK];
   for (int s = 0; s < 16; ++s) {
@@ -252,8 +262,22 @@ inline void quantize(const float* x, BlockQ6K& b) {
   }
 }
 
+// The largest magnitude a row may hold for type t: F16 and the block types
+// (whose scales are f16) stop at f16's largest finite value.
+inline float largest_storable(DType t) {
+  return t == DType::F32 || t == DType::BF16 ? std::numeric_limits<float>::max() : 65504.0f;
+}
+
 // One row of `cols` f32 values to any type (cols a multiple of its block).
+// Throws InputError for a value that is NaN, infinite, or too large for t,
+// naming its column: the quantisers assume finite input, and an Inf scale or
+// weight is no model.
 inline void quantize_row(DType t, const float* x, std::int64_t cols, std::byte* dst) {
+  const float limit = largest_storable(t);
+  for (std::int64_t i = 0; i < cols; ++i)
+    if (!(std::abs(x[i]) <= limit))
+      throw InputError("quantize to " + std::string(dtype_name(t)) + ": value " + std::to_string(x[i]) + " in column " +
+                       std::to_string(i) + (std::isfinite(x[i]) ? " is beyond the type's range" : " is not finite"));
   switch (t) {
     case DType::F32:
       std::memcpy(dst, x, static_cast<std::size_t>(cols) * sizeof(float));
