@@ -89,9 +89,11 @@ class Sampler {
   // Picks the next token; `history` holds the tokens seen so far (only its
   // last repetition_window entries matter).
   TokenId sample(std::span<const float> logits, std::span<const TokenId> history = {}) {
-    check_logits(logits);
-    if (params_.temperature <= 0.0f && !penalised(history)) return argmax(logits);
-    const std::vector<Candidate>& kept = candidates(logits, history);
+    if (params_.temperature <= 0.0f && !penalised(history)) {
+      check_logits(logits);
+      return argmax(logits);
+    }
+    const std::vector<Candidate>& kept = candidates(logits, history);  // checks the logits
     if (params_.temperature <= 0.0f) return kept.front().id;
     float u = rng_.uniform();
     for (const Candidate& c : kept) {

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "streamllm/memory.hpp"
+#include "streamllm/quant/blocks.hpp"
 
 namespace streamllm::kernels {
 
@@ -61,13 +62,6 @@ struct QuantizedActivations {
 // Round half away from zero, the same way in the scalar and vector code.
 inline std::int8_t round_to_int8(float v) { return static_cast<std::int8_t>(std::trunc(v + std::copysign(0.5f, v))); }
 
-// 1/d, or 0 where that is not finite (d = 0, or a subnormal d whose inverse
-// overflows): a block that small quantises to zeros.
-inline float inverse_or_zero(float d) {
-  const float id = 1.0f / d;
-  return id <= std::numeric_limits<float>::max() ? id : 0.0f;
-}
-
 // A block holding NaN or Inf: zero quants and a NaN scale, so that every dot
 // product with it is NaN (as in float) and no NaN reaches an int conversion.
 inline std::pair<float, std::int32_t> non_finite_block(std::int8_t* q) {
@@ -85,7 +79,7 @@ inline std::pair<float, std::int32_t> quantize_block(const float* v, std::int8_t
     amax = std::max(amax, a);
   }
   if (!finite) return non_finite_block(q);
-  const float d = amax / 127.0f, id = inverse_or_zero(d);
+  const float d = amax / 127.0f, id = quant::inverse_or_zero(d);
   std::int32_t s = 0;
   for (int j = 0; j < 32; ++j) s += q[j] = round_to_int8(v[j] * id);
   return {d, s};

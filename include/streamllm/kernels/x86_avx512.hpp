@@ -118,7 +118,7 @@ STREAMLLM_AVX512 inline std::pair<float, std::int32_t> quantize_block_avx512(con
   if ((_mm512_cmp_ps_mask(_mm512_abs_ps(a), big, _CMP_LE_OQ) & _mm512_cmp_ps_mask(_mm512_abs_ps(b), big, _CMP_LE_OQ)) != 0xFFFF)
     return non_finite_block(q);  // NaN or Inf
   const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
-  const float d = amax / 127.0f, id = inverse_or_zero(d);
+  const float d = amax / 127.0f, id = quant::inverse_or_zero(d);
   const __m512 vid = _mm512_set1_ps(id), half = _mm512_set1_ps(0.5f);
   const __m512 sa = _mm512_mul_ps(a, vid), sb = _mm512_mul_ps(b, vid);
   // v + copysign(0.5, v), truncated
