@@ -129,11 +129,12 @@ TEST_CASE("RoPE tables rotate as the textbook formula does, at any position", "[
 
 TEST_CASE("matmul equals Eigen's product for f32 weights, any token count", "[kernels][matmul]") {
   // m and k odd so that row tiles and vector tails are partial; n covers the
-  // matrix-vector path (1..4) and the tiled path, with partial token groups.
+  // matrix-vector path (1..4) and the tiled path, with partial token groups
+  // and (300) a second, partial pass of tokens; 200 rows make two row blocks.
   for (std::size_t m : {1, 5, 13, 67, 200}) {
     for (std::size_t kk : {1, 7, 33, 300}) {
       const auto w = random_vector(m * kk, 11);
-      for (std::size_t n : {1, 2, 3, 4, 5, 9, 31, 33, 70}) {
+      for (std::size_t n : {1, 2, 3, 4, 5, 9, 31, 33, 70, 300}) {
         const std::size_t ldx = kk + 3, ldy = m + 2;  // strides wider than the rows
         const auto x = random_vector(n * ldx, 12);
         std::vector<float> got(n * ldy, -7.0f), want(n * ldy, -7.0f);
@@ -141,6 +142,16 @@ TEST_CASE("matmul equals Eigen's product for f32 weights, any token count", "[ke
         k::scalar::matmul_f32(w.data(), m, kk, x.data(), ldx, n, want.data(), ldy);
         INFO("m " << m << " k " << kk << " n " << n);
         require_close(got, want, 1e-4f * std::sqrt(static_cast<float>(kk)));
+        // The same weights as a tensor: the dispatch (AVX-512 CPUs pack and
+        // unpack the f32 tiles with register transposes) and the portable path.
+        const auto view = streamllm::TensorView::dense(streamllm::DType::F32, w.data(), static_cast<std::int64_t>(m),
+                                                       static_cast<std::int64_t>(kk));
+        for (k::Isa isa : {k::active_isa(), k::Isa::Portable}) {
+          std::vector<float> typed(n * ldy, -7.0f);
+          k::matmul(view, x.data(), n, ldx, typed.data(), ldy, isa);
+          INFO("isa " << k::to_string(isa));
+          require_close(typed, want, 1e-4f * std::sqrt(static_cast<float>(kk)));
+        }
       }
     }
   }

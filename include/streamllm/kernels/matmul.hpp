@@ -201,9 +201,15 @@ struct DequantRowsBf16 {
 inline void gemm_typed(const TensorView& w, const float* x, std::size_t n, std::size_t ldx, float* y, std::size_t ldy,
                        Isa isa) {
   const auto m = static_cast<std::size_t>(w.rows), k = static_cast<std::size_t>(w.cols);
+#ifdef STREAMLLM_HAVE_AVX512_KERNELS
+  if (isa == Isa::Avx512Bf16Vnni && w.type == DType::F32)
+    return gemm<avx512::GemmF32Transposed>(F32RowSource{reinterpret_cast<const float*>(w.data), k}, m, k, x, ldx, n, y, ldy);
+  if (isa == Isa::Avx512Bf16Vnni && w.type == DType::F16)
+    return gemm<avx512::GemmF32Transposed>(DequantRowsF32{&w, true}, m, k, x, ldx, n, y, ldy);
+#endif
   if (w.type == DType::F32) return gemm<GemmF32>(F32RowSource{reinterpret_cast<const float*>(w.data), k}, m, k, x, ldx, n, y, ldy);
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
-  if (isa == Isa::Avx512Bf16Vnni && w.type != DType::F16 && k % 2 == 0) {
+  if (isa == Isa::Avx512Bf16Vnni && k % 2 == 0) {
     if (w.type == DType::Q8_0 || w.type == DType::Q4_0) return gemm<avx512::GemmInt8>(avx512::Int8Rows{&w}, m, k, x, ldx, n, y, ldy);
     if (w.type == DType::BF16)
       return gemm<avx512::GemmBf16>(CopyRows<std::uint16_t>{reinterpret_cast<const std::uint16_t*>(w.data), k}, m, k,
@@ -211,7 +217,7 @@ inline void gemm_typed(const TensorView& w, const float* x, std::size_t n, std::
     return gemm<avx512::GemmBf16>(DequantRowsBf16{&w}, m, k, x, ldx, n, y, ldy);
   }
 #endif
-  gemm<GemmF32>(DequantRowsF32{&w, isa == Isa::Avx512Bf16Vnni}, m, k, x, ldx, n, y, ldy);
+  gemm<GemmF32>(DequantRowsF32{&w, false}, m, k, x, ldx, n, y, ldy);
 }
 
 inline void matmul_f32(const float* w, std::size_t m, std::size_t k, const float* x, std::size_t ldx, std::size_t n,
