@@ -87,14 +87,14 @@ inline void with_token_count(std::size_t n, F&& f) {
 }
 
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
-// The activations of the int8 decode kernels, quantised per token and block
-// (and interleaved for the batched kernel). The instance is the calling
+// The activations of the int8 decode kernels, quantised per token and block,
+// and interleaved for the kernel of 16-block groups. The instance is the calling
 // thread's: the workers of a parallel loop must be handed the pointer.
 inline const QuantizedActivations* int8_activations(DType type, const float* x, std::size_t ldx, std::size_t n,
                                                     std::size_t k) {
   static thread_local QuantizedActivations xa;
   avx512::quantize_activations_avx512(x, ldx, n, k, xa);
-  if (n > 1) avx512::interleave_groups_avx512(xa, type == DType::Q8_0 ? avx512::Q8_0Row::kGroupShift : avx512::Q4_0Row::kGroupShift);
+  avx512::interleave_groups_avx512(xa, type == DType::Q8_0 ? avx512::Q8_0Row::kGroupShift : avx512::Q4_0Row::kGroupShift);
   return &xa;
 }
 

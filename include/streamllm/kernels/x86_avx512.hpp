@@ -298,15 +298,15 @@ STREAMLLM_AVX512 inline void gemv_widen_rows(std::size_t r0, std::size_t r1, con
                                              std::size_t k, const float* x, std::size_t ldx, float* y, std::size_t ldy) {
   for (std::size_t r = r0; r < r1; ++r) gemv_widen_row<Row, NT>(w, row_bytes, k, x, ldx, y, ldy, r);
 }
-// ---- Batched decode: one lane per block, 16 blocks at a time ---------------
+// ---- Decode by groups: one lane per block, 16 blocks at a time -------------
 //
-// With several tokens the per-pair scaling above (convert, scale, add for
-// every pair of blocks and token) costs more than the dot products. Here the
+// The per-pair scaling above (convert, scale, add for every pair of blocks and
+// token) costs more than the dot products, even for one token. Here the
 // weights of 16 blocks are transposed once per row so that each lane belongs
 // to one block, and the activations are interleaved to match
 // (interleave_groups): eight vpdpbusd then finish 16 blocks' dot products for
 // a token, and one convert + one fma scale them. The transpose is paid once
-// for all the tokens.
+// for all the tokens. The per-pair kernel takes the blocks past the last group.
 
 // a[i] = blocks 2i, 2i+1 (8 dwords each, as unsigned_pair loads them) becomes
 // a[g] = dword g of the 16 blocks, lane L holding block group_lane_block(L).
@@ -442,19 +442,28 @@ STREAMLLM_AVX512 inline void gemv_int8_row_groups(const std::byte* w, std::size_
     const float* xd0 = xa.d16_group(G);
     const std::int32_t* xs0 = xa.sum16_group(G);
     // Dot products of the 8 quads, one chain per token, the tokens' chains
-    // interleaved so that each step has NT independent vpdpbusd.
-    __m512i sum[NT];
+    // interleaved so that each step has NT independent vpdpbusd; one token
+    // gets two chains, so that 8 vpdpbusd in a row do not wait on each other
+    // (Q4_0, one token, rows in L2: 43-48 against 30 GB/s with one chain).
+    constexpr int kChains = NT == 1 ? 2 : 1;
+    __m512i sum[NT][kChains];
     #pragma GCC unroll 8
-    for (int t = 0; t < NT; ++t) sum[t] = _mm512_load_si512(xs0 + static_cast<std::size_t>(t) * 16);
+    for (int t = 0; t < NT; ++t) {
+      sum[t][0] = _mm512_load_si512(xs0 + static_cast<std::size_t>(t) * 16);
+      if constexpr (kChains == 2) sum[t][1] = _mm512_setzero_si512();
+    }
     #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) {
       #pragma GCC unroll 8
       for (int t = 0; t < NT; ++t)
-        sum[t] = _mm512_dpbusd_epi32(sum[t], wq[g], _mm512_load_si512(xq0 + static_cast<std::size_t>(t) * 512 + 64 * static_cast<std::size_t>(g)));
+        sum[t][g % kChains] = _mm512_dpbusd_epi32(sum[t][g % kChains], wq[g], _mm512_load_si512(xq0 + static_cast<std::size_t>(t) * 512 + 64 * static_cast<std::size_t>(g)));
     }
     #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t)
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t]), _mm512_mul_ps(dw, _mm512_load_ps(xd0 + static_cast<std::size_t>(t) * 16)), acc[t]);
+      if constexpr (kChains == 2) sum[t][0] = _mm512_add_epi32(sum[t][0], sum[t][1]);
+    #pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t)
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t][0]), _mm512_mul_ps(dw, _mm512_load_ps(xd0 + static_cast<std::size_t>(t) * 16)), acc[t]);
   }
   for (int t = 0; t < NT; ++t) {
     float& out = y[static_cast<std::size_t>(t) * ldy + r];
@@ -477,22 +486,20 @@ STREAMLLM_AVX512 inline void with_tokens8(std::size_t nt, F&& f) {
   }
 }
 
-// Rows [r0, r1) against n tokens of int8 activations (interleaved when n > 1).
-// One token: the per-pair kernel, which keeps up with memory. Several: each
-// row once for up to 8 tokens (it stays in L1 for them), groups of 16 blocks
-// by the kernel above, the remaining blocks by the per-pair one. Every row
-// reads all the tokens' activations, so they must stay in L1 too: long rows
-// (the 5632 columns of w_down: 56 KB for 8 tokens) go in slices of k, each
-// slice over all the rows, which wait in L2 for the next one; so do the
-// rows for the next 8 tokens.
+// Rows [r0, r1) against n tokens of int8 activations. Each row once for up
+// to 8 tokens (it stays in L1 for them), groups of 16 blocks by the kernel
+// above, the remaining blocks by the per-pair one. One token goes this way
+// too: per 16 blocks, one convert and one fma instead of eight of each
+// (Q4_0 decode, rows in L2: 43-48 GB/s against 20-30 by pairs; TinyLlama
+// Q4_0 tg128 on one thread 40-45 against 35-36 tok/s). Every row reads all
+// the tokens' activations, so they must stay in L1 too: long rows (the 5632
+// columns of w_down: 56 KB for 8 tokens) go in slices of k, each slice over
+// all the rows, which wait in L2 for the next one; so do the rows for the
+// next 8 tokens.
 template <class Row>
 STREAMLLM_AVX512 inline void gemv_int8_rows(std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
                                             const QuantizedActivations* xa, std::size_t n, float* y, std::size_t ldy) {
   const std::size_t nb = xa->blocks, groups = xa->groups, grouped = 16 * groups;
-  if (n == 1) {
-    for (std::size_t r = r0; r < r1; ++r) gemv_int8_row<Row, 1>(w, row_bytes, xa->slice(0), y, ldy, r, 0, nb, false);
-    return;
-  }
   constexpr std::size_t kActivationBytes = 24 << 10, kGroupBytes = 512 + 2 * 16 * 4;
   for (std::size_t t0 = 0; t0 < n; t0 += 8) {  // past 8 tokens, the rows come again from L2
     const std::size_t nt = std::min<std::size_t>(8, n - t0), slice = std::max<std::size_t>(1, kActivationBytes / (nt * kGroupBytes));
