@@ -97,8 +97,9 @@ TEST_CASE("typed matrix kernels equal the exact product, on both paths and every
     for (std::int64_t cols : {block * 3, std::int64_t(1024 + (block == 32 ? 96 : 256))}) {
       const std::int64_t rows = 37;
       const Matrix m(t, normal(static_cast<std::size_t>(rows * cols), 4, 0.05f), rows, cols);
-      // 300 tokens: two passes of the tiles (256 + 44), the second partial.
-      for (std::size_t n : {1, 2, 3, 4, 5, 9, 16, 17, 33, 70, 300}) {
+      // kTokensPerPass + 44 tokens: two passes of the tiles, the second partial.
+      const std::size_t counts[] = {1, 2, 3, 4, 5, 9, 16, 17, 33, 70, k::kTokensPerPass + 44};
+      for (std::size_t n : counts) {
         const std::size_t ldx = static_cast<std::size_t>(cols) + 5, ldy = static_cast<std::size_t>(rows) + 3;
         const auto x = normal(n * ldx, 5);
         std::vector<float> want(n * ldy), bound(n * ldy);

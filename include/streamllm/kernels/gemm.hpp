@@ -126,13 +126,15 @@ struct CopyRows {
 using F32RowSource = CopyRows<float>;
 
 // Tokens whose partial sums a row block carries from one k slice to the next
-// (kMc rows x these tokens: 96-192 KB). They and the packed tokens of a
+// (kMc rows x these tokens: 192-384 KB). They and the packed tokens of a
 // slice stay in L2 between slices, and each pass's results go back to y
 // while still there. Measured against one m x n buffer of all tokens' sums,
 // transposed at the end (TinyLlama, 512 tokens, one thread, same run): F16
 // prefill 82-85 vs 66-79 tok/s, F32 79-80 vs 71-75. Each pass converts the
-// weight block again, a small cost next to 256 tokens' products.
-inline constexpr std::size_t kTokensPerPass = 256;
+// weight block again, so a prompt chunk of the default 512 tokens is one
+// pass: against passes of 256, F16 prefill 90-93 vs 87-90 tok/s, F32 87-90
+// vs 80-89, BF16 and Q8_0 level.
+inline constexpr std::size_t kTokensPerPass = 512;
 
 // y[n][ldy] = x[n][ldx] * W^T, W given by a row source of m rows x k columns.
 // Source::block(r0, rows, k0, kc, scratch) returns that block's values in the
