@@ -22,6 +22,7 @@
 #include "streamllm/kernels/dot.hpp"
 #include "streamllm/kernels/simd.hpp"
 #include "streamllm/kernels/threading.hpp"
+#include "streamllm/kernels/transpose.hpp"
 #include "streamllm/memory.hpp"
 
 namespace streamllm {
@@ -75,6 +76,23 @@ struct Attention {
     }
   }
 
+  // The same from the block's keys laid out along the lanes (kt[d][j] = key j,
+  // dimension d; zero past the block's keys): one broadcast and fma per
+  // dimension, no horizontal sums. Transposing the block pays off once many
+  // queries read it (a prefill block: up to 16 rows x kGroup heads).
+  static constexpr int kQueriesToTranspose = 16;
+  static Batch scores_by_lanes(const float* q, const float (*kt)[L]) {
+    static_assert(HeadDim % 4 == 0);
+    Batch s0(0.f), s1(0.f), s2(0.f), s3(0.f);  // four chains hide the fma latency
+    for (std::size_t d = 0; d < static_cast<std::size_t>(HeadDim); d += 4) {
+      s0 = xsimd::fma(Batch(q[d]), Batch::load_aligned(kt[d]), s0);
+      s1 = xsimd::fma(Batch(q[d + 1]), Batch::load_aligned(kt[d + 1]), s1);
+      s2 = xsimd::fma(Batch(q[d + 2]), Batch::load_aligned(kt[d + 2]), s2);
+      s3 = xsimd::fma(Batch(q[d + 3]), Batch::load_aligned(kt[d + 3]), s3);
+    }
+    return (s0 + s1) + (s2 + s3);
+  }
+
   // One block of rows, the query heads of kv head kvh.
   static void run_one(const AttentionBlock& b, int kvh, State& st) {
     const int nq = b.rows * kGroup;
@@ -88,6 +106,9 @@ struct Attention {
     const std::int64_t last_pos = b.first_pos + b.rows - 1;
     alignas(64) float lane_pos[L];
     alignas(64) float p[L];
+    alignas(64) float kt[HeadDim][L];
+    const bool by_lanes = kVectorDot && nq >= kQueriesToTranspose;
+    if (by_lanes) std::fill_n(&kt[0][0], HeadDim * L, 0.0f);
     for (int si = 0; si < b.n_segments; ++si) {
       const KVSegment& seg = b.segments[si];
       const float* qbase = seg.sink ? b.q_sink : b.q;
@@ -99,6 +120,7 @@ struct Attention {
         if (p0 > last_pos) break;  // causal: no row sees these (positions only grow along a segment)
         const float* kb = kseg + static_cast<std::size_t>(j0) * seg.stride;
         const float* vb = vseg + static_cast<std::size_t>(j0) * seg.stride;
+        if (by_lanes) kernels::transpose(kb, seg.stride, nk, static_cast<std::size_t>(HeadDim), &kt[0][0], L);
         for (std::size_t j = 0; j < L; ++j) lane_pos[j] = static_cast<float>(j);
         const Batch jpos = Batch::load_aligned(lane_pos);
         for (int r = 0; r < b.rows; ++r) {
@@ -111,7 +133,8 @@ struct Attention {
           for (int h = 0; h < kGroup; ++h) {
             const int qi = r * kGroup + h;
             const float* q = qbase + static_cast<std::size_t>(r) * b.ld + static_cast<std::size_t>((kvh * kGroup + h) * HeadDim);
-            const Batch s = xsimd::select(visible, scores(q, kb, seg.stride, nk) * Batch(scale), Batch(neg_inf));
+            const Batch raw = by_lanes ? scores_by_lanes(q, kt) : scores(q, kb, seg.stride, nk);
+            const Batch s = xsimd::select(visible, raw * Batch(scale), Batch(neg_inf));
             alignas(64) float sv[L];
             s.store_aligned(sv);
             const float bm = *std::max_element(sv, sv + L);
@@ -126,15 +149,26 @@ struct Attention {
             st.l[qi] += xsimd::hadd(e);
             float* acc = st.acc[qi];
             if constexpr (kVectorDot) {
-              // The running sum stays in registers across the block's keys.
-              Batch a[HeadDim / L];
-              for (std::size_t d = 0; d < HeadDim / L; ++d) a[d] = kernels::load(acc + d * L);
-              for (std::size_t j = static_cast<std::size_t>(lo); j <= static_cast<std::size_t>(hi); ++j) {
-                const Batch pj(p[j]);
-                const float* v = vb + j * seg.stride;
-                for (std::size_t d = 0; d < HeadDim / L; ++d) a[d] = xsimd::fma(pj, kernels::load(v + d * L), a[d]);
+              // The running sum stays in registers across the block's keys,
+              // even and odd keys in separate sums: one chain of fmas per
+              // vector would wait on its latency at every key.
+              Batch a[HeadDim / L], b[HeadDim / L];
+              for (std::size_t d = 0; d < HeadDim / L; ++d) {
+                a[d] = kernels::load(acc + d * L);
+                b[d] = Batch(0.f);
               }
-              for (std::size_t d = 0; d < HeadDim / L; ++d) kernels::store(acc + d * L, a[d]);
+              auto j = static_cast<std::size_t>(lo);
+              for (; j + 1 <= static_cast<std::size_t>(hi); j += 2) {
+                const Batch pj(p[j]), pk(p[j + 1]);
+                const float* v = vb + j * seg.stride;
+                for (std::size_t d = 0; d < HeadDim / L; ++d) {
+                  a[d] = xsimd::fma(pj, kernels::load(v + d * L), a[d]);
+                  b[d] = xsimd::fma(pk, kernels::load(v + seg.stride + d * L), b[d]);
+                }
+              }
+              if (j == static_cast<std::size_t>(hi))
+                for (std::size_t d = 0; d < HeadDim / L; ++d) a[d] = xsimd::fma(Batch(p[j]), kernels::load(vb + j * seg.stride + d * L), a[d]);
+              for (std::size_t d = 0; d < HeadDim / L; ++d) kernels::store(acc + d * L, a[d] + b[d]);
             } else {
               for (std::size_t j = static_cast<std::size_t>(lo); j <= static_cast<std::size_t>(hi); ++j)
                 for (int d = 0; d < HeadDim; ++d) acc[d] += p[j] * vb[j * seg.stride + static_cast<std::size_t>(d)];
