@@ -77,7 +77,8 @@ struct Attention {
   }
 
   // The same from the block's keys laid out along the lanes (kt[d][j] = key j,
-  // dimension d; zero past the block's keys): one broadcast and fma per
+  // dimension d; lanes past a partial block's keys hold zeros or an earlier
+  // block's keys, which the caller masks): one broadcast and fma per
   // dimension, no horizontal sums. Transposing the block pays off once many
   // queries read it (a prefill block: up to 16 rows x kGroup heads).
   static constexpr int kQueriesToTranspose = 16;
