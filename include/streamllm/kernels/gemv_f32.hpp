@@ -12,8 +12,10 @@ namespace streamllm::kernels {
 // Rows one after the other (one sequential stream, which the hardware
 // prefetcher follows), each against NT tokens, so each weight vector loaded
 // serves every token. Four vectors per step and an accumulator each keep
-// enough loads in flight to run at DRAM bandwidth from one core (measured
-// here: software prefetch adds nothing on top of that).
+// enough loads in flight for one stream (a software prefetch adds nothing
+// to one stream). On AVX-512 CPUs one token goes instead through
+// avx512::gemv_widen_rows, which reads four streams at once: one core then
+// reads ~15% faster.
 template <int NT>
 inline void gemv_f32_rows(const float* w, std::size_t ldw, std::size_t k, const float* x, std::size_t ldx, float* y,
                           std::size_t ldy, std::size_t r0, std::size_t r1) {

@@ -1,4 +1,4 @@
-// AVX-512 kernels for the typed weights: F16/BF16 rows widened to f32,
+// AVX-512 kernels for the typed weights: float rows (F16/BF16 widened to f32),
 // Q8_0/Q4_0 rows multiplied with int8 activations by VNNI (vpdpbusd), and a
 // BF16 tiled matrix-matrix product (vdpbf16ps) for prefill. Compiled with a
 // target attribute whatever the build flags, and chosen at run time
@@ -49,9 +49,20 @@ STREAMLLM_AVX512 inline float hsum(__m512 v) {
   return _mm_cvtss_f32(q);
 }
 
-// ---- F16 / BF16 rows, widened to f32 (exact activations) ------------------------
+// ---- Float rows: F32, and F16 / BF16 widened to f32 (exact activations) -------
+
+struct F32Row {
+  static constexpr std::size_t kBytes = 4;
+  STREAMLLM_AVX512 static __m512 load(const std::byte* row, std::size_t k) {
+    return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + k);
+  }
+  STREAMLLM_AVX512 static __m512 load_tail(const std::byte* row, std::size_t k, __mmask16 m) {
+    return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + k);
+  }
+};
 
 struct F16Row {
+  static constexpr std::size_t kBytes = 2;
   STREAMLLM_AVX512 static __m512 load(const std::byte* row, std::size_t k) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * k)));
   }
@@ -61,6 +72,7 @@ struct F16Row {
 };
 
 struct BF16Row {
+  static constexpr std::size_t kBytes = 2;
   STREAMLLM_AVX512 static __m512 widen(__m256i h) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
@@ -292,10 +304,51 @@ STREAMLLM_AVX512 inline void gemv_int8_row(const std::byte* w, std::size_t row_b
   }
 }
 
-// Rows [r0, r1), one after the other.
+// One token, four rows at a time, one from each quarter of [r0, r1). One core
+// keeps more lines in flight on four sequential streams, each prefetched
+// 1 KiB ahead, than on one: TinyLlama F16 decode on one thread went from
+// 12.7-12.9 to 17.3-17.5 tok/s (3 streams 16.7, 5 streams 17.2; 512 B ahead
+// 15.8, 2 KiB 16.4, 4 KiB 13-14, none 14.5-14.9), BF16 likewise, F32 +15%.
+inline constexpr std::size_t kStreamPrefetchBytes = 1024;
+
+template <class Row>
+STREAMLLM_AVX512 inline void gemv_widen_rows_4streams(std::size_t r0, std::size_t r1, const std::byte* w,
+                                                      std::size_t row_bytes, std::size_t k, const float* x, float* y) {
+  constexpr std::size_t kStream = 4, kStepBytes = 32 * Row::kBytes;
+  const std::size_t q = (r1 - r0) / kStream, kend = k / 32 * 32;
+  for (std::size_t i = 0; i < q; ++i) {
+    const std::byte* row[kStream];
+    __m512 acc[kStream][2];
+    for (std::size_t s = 0; s < kStream; ++s) {
+      row[s] = w + (r0 + s * q + i) * row_bytes;
+      acc[s][0] = acc[s][1] = _mm512_setzero_ps();
+    }
+    for (std::size_t kk = 0; kk < kend; kk += 32) {
+      const __m512 x0 = _mm512_loadu_ps(x + kk), x1 = _mm512_loadu_ps(x + kk + 16);
+      for (std::size_t s = 0; s < kStream; ++s) {
+        prefetch_ahead(row[s] + kk * Row::kBytes + kStreamPrefetchBytes, kStepBytes);
+        acc[s][0] = _mm512_fmadd_ps(Row::load(row[s], kk), x0, acc[s][0]);
+        acc[s][1] = _mm512_fmadd_ps(Row::load(row[s], kk + 16), x1, acc[s][1]);
+      }
+    }
+    for (std::size_t kk = kend; kk < k; kk += 16) {
+      const auto m = static_cast<__mmask16>(k - kk >= 16 ? 0xFFFF : (1u << (k - kk)) - 1);
+      const __m512 xv = _mm512_maskz_loadu_ps(m, x + kk);
+      for (std::size_t s = 0; s < kStream; ++s) acc[s][0] = _mm512_fmadd_ps(Row::load_tail(row[s], kk, m), xv, acc[s][0]);
+    }
+    for (std::size_t s = 0; s < kStream; ++s) y[r0 + s * q + i] = hsum(_mm512_add_ps(acc[s][0], acc[s][1]));
+  }
+  for (std::size_t r = r0 + kStream * q; r < r1; ++r) gemv_widen_row<Row, 1>(w, row_bytes, k, x, 0, y, 0, r);
+}
+
+// Rows [r0, r1): one token by four streams, more tokens one row after the
+// other (each row serves every token from L1, and the hardware prefetcher
+// follows the one stream).
 template <class Row, int NT>
 STREAMLLM_AVX512 inline void gemv_widen_rows(std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
                                              std::size_t k, const float* x, std::size_t ldx, float* y, std::size_t ldy) {
+  if constexpr (NT == 1)
+    return gemv_widen_rows_4streams<Row>(r0, r1, w, row_bytes, k, x, y);
   for (std::size_t r = r0; r < r1; ++r) gemv_widen_row<Row, NT>(w, row_bytes, k, x, ldx, y, ldy, r);
 }
 // ---- Decode by groups: one lane per block, 16 blocks at a time -------------
