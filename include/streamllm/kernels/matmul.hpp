@@ -114,15 +114,13 @@ inline void gemv(const TensorView& w, const float* x, std::size_t n, std::size_t
   const auto stride = static_cast<std::size_t>(w.row_stride);
   const std::size_t work = m * k * n, chunk = gemv_chunk_rows(stride, m, n);
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
-  if (isa == Isa::Avx512Bf16Vnni && n == 1 && w.type == DType::F32)
-    return parallel_chunks(m, chunk, work, [&](std::size_t r0, std::size_t r1) {
-      avx512::gemv_widen_rows<avx512::F32Row, 1>(r0, r1, w.data, stride, k, x, ldx, y, ldy);
-    });
-#endif
-  if (w.type == DType::F32) return gemv_f32(reinterpret_cast<const float*>(w.data), m, k, x, ldx, n, y, ldy);
-#ifdef STREAMLLM_HAVE_AVX512_KERNELS
   if (isa == Isa::Avx512Bf16Vnni) {
     switch (w.type) {
+      case DType::F32:
+        if (n > 1) break;  // several tokens: gemv_f32 below
+        return parallel_chunks(m, chunk, work, [&](std::size_t r0, std::size_t r1) {
+          avx512::gemv_widen_rows<avx512::F32Row, 1>(r0, r1, w.data, stride, k, x, ldx, y, ldy);
+        });
       case DType::F16:
       case DType::BF16:
         return parallel_chunks(m, chunk, work, [&](std::size_t r0, std::size_t r1) {
@@ -149,6 +147,7 @@ inline void gemv(const TensorView& w, const float* x, std::size_t n, std::size_t
     }
   }
 #endif
+  if (w.type == DType::F32) return gemv_f32(reinterpret_cast<const float*>(w.data), m, k, x, ldx, n, y, ldy);
   if (w.type == DType::Q8_0 || w.type == DType::Q4_0) {
     static thread_local QuantizedActivations xa;
     quantize_activations(x, ldx, n, k, xa);
