@@ -102,7 +102,7 @@ TEST_CASE("typed matrix kernels equal the exact product, on both paths and every
       const std::int64_t rows = 37;
       const Matrix m(t, normal(static_cast<std::size_t>(rows * cols), 4, 0.05f), rows, cols);
       // kTokensPerPass + 44 tokens: two passes of the tiles, the second partial.
-      const std::size_t counts[] = {1, 2, 3, 4, 5, 9, 16, 17, 33, 70, k::kTokensPerPass + 44};
+      const std::size_t counts[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 33, 70, k::kTokensPerPass + 44};
       for (std::size_t n : counts) {
         const std::size_t ldx = static_cast<std::size_t>(cols) + 5, ldy = static_cast<std::size_t>(rows) + 3;
         const auto x = normal(n * ldx, 5);

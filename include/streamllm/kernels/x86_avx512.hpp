@@ -87,7 +87,7 @@ struct BF16Row {
 // Decode streams the weights once, front to back. The int8 kernels read rows
 // one after the other (one sequential stream, which the hardware prefetcher
 // follows), with a software prefetch this far ahead for the first lines of
-// each row; the one-token float kernel reads four streams (below).
+// each row; the float kernels read four streams (below).
 inline constexpr std::size_t kPrefetchBytes = 2048;
 inline constexpr bool kPrefetchInt8 = true;  // measured: Q4_0 22 vs 17 GB/s without
 
@@ -305,53 +305,73 @@ STREAMLLM_AVX512 inline void gemv_int8_row(const std::byte* w, std::size_t row_b
   }
 }
 
-// One token, four rows at a time, one from each quarter of [r0, r1). One core
-// keeps more lines in flight on four sequential streams, each prefetched
-// 1 KiB ahead, than on one: TinyLlama F16 decode on one thread went from
-// 12.7-12.9 to 17.3-17.5 tok/s (3 streams 16.7, 5 streams 17.2; 512 B ahead
-// 15.8, 2 KiB 16.4, 4 KiB 13-14, none 14.5-14.9), BF16 likewise, F32 +15%.
+// Float rows against NT tokens are read four at a time, one from each
+// quarter of [r0, r1). One core keeps more lines in flight on four
+// sequential streams, each prefetched 1 KiB ahead, than on one: TinyLlama
+// F16 decode on one thread went from 12.7-12.9 to 17.3-17.5 tok/s (3 streams
+// 16.7, 5 streams 17.2; 512 B ahead 15.8, 2 KiB 16.4, 4 KiB 13-14, none
+// 14.5-14.9), BF16 likewise, F32 +15%. Batched decode gains more: row after
+// row, each row's longer arithmetic left the one stream idle. BF16 65536 x
+// 2048, one thread: 4 tokens 19-20 against 8.2-8.5 GB/s, 2 tokens 24
+// against 17-18.
 inline constexpr std::size_t kStreamPrefetchBytes = 1024;
 
-template <class Row>
-STREAMLLM_AVX512 inline void gemv_widen_rows_4streams(std::size_t r0, std::size_t r1, const std::byte* w,
-                                                      std::size_t row_bytes, std::size_t k, const float* x, float* y) {
-  constexpr std::size_t kStream = 4, kStepBytes = 32 * Row::kBytes;
+// The streams' weights are loaded once per step and serve every token; a
+// token's activations are loaded once per step for all the streams. One
+// token keeps two chains per stream (8 in all) to cover the FMA latency;
+// more tokens have one chain per stream and token, 8 to 16, in registers:
+// so five to eight tokens read two streams. The rows left over past the
+// equal parts go one after the other. (Slicing k so that 8 tokens'
+// activations stay in L1, as the int8 kernels do, was within the noise.)
+template <class Row, int NT>
+STREAMLLM_AVX512 inline void gemv_widen_rows(std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
+                                             std::size_t k, const float* x, std::size_t ldx, float* y, std::size_t ldy) {
+  constexpr std::size_t kStream = NT <= 4 ? 4 : 2, kStepBytes = 32 * Row::kBytes;
+  constexpr int kChains = NT == 1 ? 2 : 1;
   const std::size_t q = (r1 - r0) / kStream, kend = k / 32 * 32;
   for (std::size_t i = 0; i < q; ++i) {
     const std::byte* row[kStream];
-    __m512 acc[kStream][2];
+    __m512 acc[kStream][NT][kChains];
     for (std::size_t s = 0; s < kStream; ++s) {
       row[s] = w + (r0 + s * q + i) * row_bytes;
-      acc[s][0] = acc[s][1] = _mm512_setzero_ps();
+      for (int t = 0; t < NT; ++t)
+        for (int c = 0; c < kChains; ++c) acc[s][t][c] = _mm512_setzero_ps();
     }
     for (std::size_t kk = 0; kk < kend; kk += 32) {
-      const __m512 x0 = _mm512_loadu_ps(x + kk), x1 = _mm512_loadu_ps(x + kk + 16);
+      __m512 w0[kStream], w1[kStream];
       for (std::size_t s = 0; s < kStream; ++s) {
         prefetch_ahead(row[s] + kk * Row::kBytes + kStreamPrefetchBytes, kStepBytes);
-        acc[s][0] = _mm512_fmadd_ps(Row::load(row[s], kk), x0, acc[s][0]);
-        acc[s][1] = _mm512_fmadd_ps(Row::load(row[s], kk + 16), x1, acc[s][1]);
+        w0[s] = Row::load(row[s], kk);
+        w1[s] = Row::load(row[s], kk + 16);
+      }
+      #pragma GCC unroll 8
+      for (int t = 0; t < NT; ++t) {
+        const float* xt = x + static_cast<std::size_t>(t) * ldx + kk;
+        const __m512 x0 = _mm512_loadu_ps(xt), x1 = _mm512_loadu_ps(xt + 16);
+        for (std::size_t s = 0; s < kStream; ++s) {
+          acc[s][t][0] = _mm512_fmadd_ps(w0[s], x0, acc[s][t][0]);
+          acc[s][t][kChains - 1] = _mm512_fmadd_ps(w1[s], x1, acc[s][t][kChains - 1]);
+        }
       }
     }
     for (std::size_t kk = kend; kk < k; kk += 16) {
       const auto m = static_cast<__mmask16>(k - kk >= 16 ? 0xFFFF : (1u << (k - kk)) - 1);
-      const __m512 xv = _mm512_maskz_loadu_ps(m, x + kk);
-      for (std::size_t s = 0; s < kStream; ++s) acc[s][0] = _mm512_fmadd_ps(Row::load_tail(row[s], kk, m), xv, acc[s][0]);
+      for (std::size_t s = 0; s < kStream; ++s) {
+        const __m512 wv = Row::load_tail(row[s], kk, m);
+        for (int t = 0; t < NT; ++t)
+          acc[s][t][0] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x + static_cast<std::size_t>(t) * ldx + kk), acc[s][t][0]);
+      }
     }
-    for (std::size_t s = 0; s < kStream; ++s) y[r0 + s * q + i] = hsum(_mm512_add_ps(acc[s][0], acc[s][1]));
+    for (std::size_t s = 0; s < kStream; ++s)
+      for (int t = 0; t < NT; ++t) {
+        __m512 sum = acc[s][t][0];
+        for (int c = 1; c < kChains; ++c) sum = _mm512_add_ps(sum, acc[s][t][c]);
+        y[static_cast<std::size_t>(t) * ldy + r0 + s * q + i] = hsum(sum);
+      }
   }
-  for (std::size_t r = r0 + kStream * q; r < r1; ++r) gemv_widen_row<Row, 1>(w, row_bytes, k, x, 0, y, 0, r);
+  for (std::size_t r = r0 + kStream * q; r < r1; ++r) gemv_widen_row<Row, NT>(w, row_bytes, k, x, ldx, y, ldy, r);
 }
 
-// Rows [r0, r1): one token by four streams, more tokens one row after the
-// other (each row serves every token from L1, and the hardware prefetcher
-// follows the one stream).
-template <class Row, int NT>
-STREAMLLM_AVX512 inline void gemv_widen_rows(std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
-                                             std::size_t k, const float* x, std::size_t ldx, float* y, std::size_t ldy) {
-  if constexpr (NT == 1)
-    return gemv_widen_rows_4streams<Row>(r0, r1, w, row_bytes, k, x, y);
-  for (std::size_t r = r0; r < r1; ++r) gemv_widen_row<Row, NT>(w, row_bytes, k, x, ldx, y, ldy, r);
-}
 // ---- Decode by groups: one lane per block, 16 blocks at a time -------------
 //
 // The per-pair scaling above (convert, scale, add for every pair of blocks and
