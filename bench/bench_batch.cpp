@@ -1,6 +1,6 @@
 // Continuous batching on a CPU: aggregate decode tokens/s of B sequences
 // decoded together (one forward per step, each weight read once for all B),
-// TinyLlama-1.1B shape, random weights, Q8_0 and Q4_0.
+// TinyLlama-1.1B shape, random weights, F16, BF16, Q8_0 and Q4_0.
 #include <chrono>
 #include <memory>
 #include <random>
@@ -47,7 +47,7 @@ void batched_decode(benchmark::State& state, const std::string& type) {
 }
 
 void register_all() {
-  for (const char* t : {"q8_0", "q4_0"}) {
+  for (const char* t : {"f16", "bf16", "q8_0", "q4_0"}) {
     const std::string type = t;
     benchmark::RegisterBenchmark(("BatchedDecode/" + type).c_str(), [type](benchmark::State& s) { batched_decode(s, type); })
         ->ArgsProduct({{2}, {1, 2, 4, 8, 16}})->ArgNames({"threads", "B"})->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(2);

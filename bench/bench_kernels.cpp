@@ -34,19 +34,22 @@ const Matrix& matrix(DType t, std::int64_t rows, std::int64_t cols) {
   return cache.emplace(key, std::move(m)).first->second;
 }
 
+int threads(const benchmark::State& state) { return static_cast<int>(state.range(0)); }
+
 const DType kTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K};
 
 // args: threads, rows (cols = 2048)
 void gemv(benchmark::State& state, DType t) {
   bench::set_threads(state);
   const Matrix& m = matrix(t, state.range(1), 2048);
-  std::vector<float> x(2048, 0.5f), y(static_cast<std::size_t>(state.range(1)));
+  // Aligned as the model's activations are (a std::vector's 16-byte
+  // alignment splits every vector load of x across two lines).
+  AlignedVector<float> x(2048, 0.5f), y(static_cast<std::size_t>(state.range(1)));
   for (auto _ : state) {
     kernels::matmul(m.view, x.data(), 1, 2048, y.data(), y.size());
     benchmark::ClobberMemory();
   }
-  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(m.view.bytes()) * static_cast<double>(state.iterations()) / 1e9,
-                                              benchmark::Counter::kIsRate);
+  bench::report_read(state, static_cast<double>(m.view.bytes()) * static_cast<double>(state.iterations()), threads(state));
 }
 
 // args: threads (5632 x 2048 weights, 512 tokens)
@@ -54,32 +57,36 @@ void gemm(benchmark::State& state, DType t) {
   bench::set_threads(state);
   constexpr std::size_t n = 512, k = 2048;
   const Matrix& m = matrix(t, 5632, static_cast<std::int64_t>(k));
-  std::vector<float> x(n * k), y(n * 5632);
+  AlignedVector<float> x(n * k), y(n * 5632);
   bench::fill_normal(x.data(), x.size(), 1.0f, 7);
   for (auto _ : state) {
     kernels::matmul(m.view, x.data(), n, k, y.data(), 5632);
     benchmark::ClobberMemory();
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * n * k * 5632 * static_cast<double>(state.iterations()) / 1e9,
-                                                 benchmark::Counter::kIsRate);
+  bench::report_compute(state, "GFLOP/s", 2.0 * n * k * 5632 * static_cast<double>(state.iterations()), bench::compute_unit(t),
+                        threads(state));
 }
 
 // args: threads, rows (cols = 2048), tokens: the matrix-vector kernels at the
 // few tokens of batched decode (each weight read once for all of them);
-// GOP/s against the int8 VNNI (or bf16) peak.
+// GOP/s against the int8 VNNI (or bf16) peak, GB/s against the read roof.
 void gemv_tokens(benchmark::State& state, DType t) {
   bench::set_threads(state);
   const auto rows = static_cast<std::size_t>(state.range(1)), n = static_cast<std::size_t>(state.range(2));
   const Matrix& m = matrix(t, static_cast<std::int64_t>(rows), 2048);
-  std::vector<float> x(n * 2048), y(n * rows);
+  AlignedVector<float> x(n * 2048), y(n * rows);
   bench::fill_normal(x.data(), x.size(), 1.0f, 3);
   for (auto _ : state) {
     kernels::matmul(m.view, x.data(), n, 2048, y.data(), rows);
     benchmark::ClobberMemory();
   }
   const double iters = static_cast<double>(state.iterations());
-  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(m.view.bytes()) * iters / 1e9, benchmark::Counter::kIsRate);
-  state.counters["GOP/s"] = benchmark::Counter(2.0 * static_cast<double>(rows * n) * 2048 * iters / 1e9, benchmark::Counter::kIsRate);
+  bench::report_read(state, static_cast<double>(m.view.bytes()) * iters, threads(state));
+  // BF16 rows for up to kMaxFloatGemvTokens tokens are widened to f32 (FMA); past
+  // that, and for every other type, the unit is the matrix-matrix kernel's.
+  const bool widened = t == DType::BF16 && n <= kernels::kMaxFloatGemvTokens;
+  bench::report_compute(state, "GOP/s", 2.0 * static_cast<double>(rows * n) * 2048 * iters,
+                        widened ? bench::ComputeUnit::Fp32 : bench::compute_unit(t), threads(state));
 }
 
 void register_all() {
@@ -87,7 +94,7 @@ void register_all() {
     const std::string name(dtype_name(t));
     benchmark::RegisterBenchmark(("Gemv/" + name).c_str(), [t](benchmark::State& s) { gemv(s, t); })
         ->ArgsProduct({{1, 2}, {65536, 5632, 2048, 128}})->ArgNames({"threads", "rows"})->UseRealTime()->Unit(benchmark::kMicrosecond);
-    if (t == DType::Q8_0 || t == DType::Q4_0 || t == DType::BF16)
+    if (t != DType::Q4_K && t != DType::Q6_K)
       benchmark::RegisterBenchmark(("GemvTokens/" + name).c_str(), [t](benchmark::State& s) { gemv_tokens(s, t); })
           ->ArgsProduct({{1, 2}, {65536, 5632, 256}, {1, 2, 4, 8, 16}})->ArgNames({"threads", "rows", "tokens"})->UseRealTime()
           ->Unit(benchmark::kMicrosecond);

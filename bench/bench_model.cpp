@@ -2,7 +2,8 @@
 // a stories110M-shaped model with random weights.
 //
 // Counters: tok/s; decode GB/s = weight bytes read per token x tok/s;
-// prefill GFLOP/s = 2 x matmul parameters x tok/s.
+// prefill GFLOP/s = 2 x matmul parameters x tok/s; each also as a percentage
+// of this machine's read roof or FP32 peak (read%, peak%: bench_support.hpp).
 #include <chrono>
 #include <memory>
 #include <random>
@@ -42,7 +43,8 @@ void prefill(benchmark::State& state, Llama<Config>& model) {
   const double tok_s = static_cast<double>(n * state.iterations());
   state.SetItemsProcessed(static_cast<std::int64_t>(n * state.iterations()));
   state.counters["tok/s"] = benchmark::Counter(tok_s, benchmark::Counter::kIsRate);
-  state.counters["GFLOP/s"] = benchmark::Counter(tok_s * 2 * bench::matmul_params<Config>() / 1e9, benchmark::Counter::kIsRate);
+  bench::report_compute(state, "GFLOP/s", tok_s * 2 * bench::matmul_params<Config>(), bench::ComputeUnit::Fp32,
+                        static_cast<int>(state.range(0)));
 }
 
 // args: threads, depth. Each iteration refills the cache to `depth` (not
@@ -65,7 +67,7 @@ void decode(benchmark::State& state, Llama<Config>& model) {
   const double tok = static_cast<double>(kSteps * state.iterations());
   state.SetItemsProcessed(static_cast<std::int64_t>(tok));
   state.counters["tok/s"] = benchmark::Counter(tok, benchmark::Counter::kIsRate);
-  state.counters["GB/s"] = benchmark::Counter(tok * 4 * bench::matmul_params<Config>() / 1e9, benchmark::Counter::kIsRate);
+  bench::report_read(state, tok * 4 * bench::matmul_params<Config>(), static_cast<int>(state.range(0)));
 }
 
 using S260 = presets::Stories260K;

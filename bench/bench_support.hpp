@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -134,6 +135,78 @@ template <class Config>
 constexpr double matmul_params() {
   const double D = Config::Dim, H = Config::HiddenDim, KV = Config::KVDim, L = Config::Layers, V = Config::Vocab;
   return L * (2 * D * D + 2 * KV * D + 3 * H * D) + V * D;
+}
+
+// This machine's limits, which the benchmarks report their rates against
+// (counters "read%" and "peak%"). The defaults are the reference figures of
+// the 2-core Zen 5 this project is measured on (issue 4): read bandwidth 43
+// GB/s on one thread and 86 on two (two-thread reads swing between ~40 and
+// ~86 with the host, so this is the best case); per thread FP32 FMA 272
+// GFLOP/s, BF16 dot 545 and INT8 VNNI 1092 GOP/s. On another machine, or to
+// compare with what the host gives today, measure them with
+// ../shared/tools/machine-limits (rd, peak) and set the variables below.
+struct MachineLimits {
+  double read_gbs_1t = 43, read_gbs_2t = 86;
+  double fp32_gflops = 272, bf16_gflops = 545, vnni_gops = 1092;  // one thread
+};
+
+inline double limit_from_env(const char* name, double fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  const double x = std::strtod(v, &end);
+  if (*end != '\0' || !(x > 0) || !std::isfinite(x))
+    throw std::invalid_argument(std::string(name) + "=\"" + v + "\": expected a positive number");
+  return x;
+}
+
+inline const MachineLimits& machine_limits() {
+  static const MachineLimits limits = [] {
+    MachineLimits m;
+    m.read_gbs_1t = limit_from_env("STREAMLLM_BENCH_READ_GBS_1T", m.read_gbs_1t);
+    m.read_gbs_2t = limit_from_env("STREAMLLM_BENCH_READ_GBS_2T", m.read_gbs_2t);
+    m.fp32_gflops = limit_from_env("STREAMLLM_BENCH_FP32_GFLOPS", m.fp32_gflops);
+    m.bf16_gflops = limit_from_env("STREAMLLM_BENCH_BF16_GFLOPS", m.bf16_gflops);
+    m.vnni_gops = limit_from_env("STREAMLLM_BENCH_VNNI_GOPS", m.vnni_gops);
+    return m;
+  }();
+  return limits;
+}
+
+// The arithmetic unit a weight type's matrix-matrix kernel runs on: f32
+// tiles for F32 and F16, bf16 tiles (vdpbf16ps) for BF16 and the K-quants,
+// int8 tiles (vpdpbusd) for Q8_0 and Q4_0.
+enum class ComputeUnit { Fp32, Bf16, Vnni };
+
+inline ComputeUnit compute_unit(streamllm::DType t) {
+  using streamllm::DType;
+  if (t == DType::F32 || t == DType::F16) return ComputeUnit::Fp32;
+  if (t == DType::Q8_0 || t == DType::Q4_0) return ComputeUnit::Vnni;
+  return ComputeUnit::Bf16;
+}
+
+// Peak operations per second (1e9) of `threads` threads; they scale linearly.
+inline double compute_peak(ComputeUnit u, int threads) {
+  const MachineLimits& m = machine_limits();
+  const double one = u == ComputeUnit::Fp32 ? m.fp32_gflops : u == ComputeUnit::Bf16 ? m.bf16_gflops : m.vnni_gops;
+  return one * threads;
+}
+
+// Bytes are read at best at the roof of one thread, or of two (more threads
+// share the same two cores).
+inline double read_roof(int threads) { return threads <= 1 ? machine_limits().read_gbs_1t : machine_limits().read_gbs_2t; }
+
+// `bytes` read over the run: GB/s and that as a percentage of the read roof.
+inline void report_read(benchmark::State& state, double bytes, int threads) {
+  state.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsRate);
+  state.counters["read%"] = benchmark::Counter(100 * bytes / 1e9 / read_roof(threads), benchmark::Counter::kIsRate);
+}
+
+// `ops` multiply-add operations x 2 over the run: G(FL)OP/s under `name`,
+// and that as a percentage of the unit's peak.
+inline void report_compute(benchmark::State& state, const char* name, double ops, ComputeUnit unit, int threads) {
+  state.counters[name] = benchmark::Counter(ops / 1e9, benchmark::Counter::kIsRate);
+  state.counters["peak%"] = benchmark::Counter(100 * ops / 1e9 / compute_peak(unit, threads), benchmark::Counter::kIsRate);
 }
 
 inline void set_threads(benchmark::State& state, int arg_index = 0) {

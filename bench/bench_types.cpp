@@ -3,7 +3,10 @@
 // empty cache, and 32 tokens at depth 1024), 1 and 2 threads.
 //
 // Counters: tok/s; decode GB/s = bytes of the weight matrices x tok/s;
-// prefill GFLOP/s = 2 x matmul parameters x tok/s.
+// prefill GFLOP/s = 2 x matmul parameters x tok/s; read% and peak%: those as
+// a percentage of this machine's read roof and of the peak of the unit the
+// type's prefill runs on (bench_support.hpp; set the STREAMLLM_BENCH_* limits
+// to what ../shared/tools/machine-limits measures today).
 //
 //   bench_types --benchmark_filter='Q4_0'      (files go to $TMPDIR/streamllm-bench)
 #include <chrono>
@@ -29,6 +32,13 @@ std::vector<TokenId> tokens(std::size_t n) {
   return t;
 }
 
+// The unit most of a file's prefill runs on (q4_k_m: Q4_K and Q6_K, bf16 tiles).
+bench::ComputeUnit prefill_unit(const std::string& type) {
+  if (type == "f32" || type == "f16") return bench::ComputeUnit::Fp32;
+  if (type == "q8_0" || type == "q4_0") return bench::ComputeUnit::Vnni;
+  return bench::ComputeUnit::Bf16;
+}
+
 // args: threads, prompt tokens
 void prefill(benchmark::State& state, const std::string& type) {
   auto& m = model(type);
@@ -42,7 +52,7 @@ void prefill(benchmark::State& state, const std::string& type) {
   }
   const double tok = static_cast<double>(n * state.iterations());
   state.counters["tok/s"] = benchmark::Counter(tok, benchmark::Counter::kIsRate);
-  state.counters["GFLOP/s"] = benchmark::Counter(tok * 2 * bench::matmul_params<Tiny>() / 1e9, benchmark::Counter::kIsRate);
+  bench::report_compute(state, "GFLOP/s", tok * 2 * bench::matmul_params<Tiny>(), prefill_unit(type), static_cast<int>(state.range(0)));
 }
 
 // args: threads, depth, steps. The cache is refilled to `depth` (not timed)
@@ -62,7 +72,7 @@ void decode(benchmark::State& state, const std::string& type) {
   }
   const double tok = static_cast<double>(steps * state.iterations());
   state.counters["tok/s"] = benchmark::Counter(tok, benchmark::Counter::kIsRate);
-  state.counters["GB/s"] = benchmark::Counter(tok * bench::weight_bytes_per_token(m.weights()) / 1e9, benchmark::Counter::kIsRate);
+  bench::report_read(state, tok * bench::weight_bytes_per_token(m.weights()), static_cast<int>(state.range(0)));
 }
 
 void register_all() {
