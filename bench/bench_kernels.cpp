@@ -82,9 +82,9 @@ void gemv_tokens(benchmark::State& state, DType t) {
   }
   const double iters = static_cast<double>(state.iterations());
   bench::report_read(state, static_cast<double>(m.view.bytes()) * iters, threads(state));
-  // BF16 rows for up to kMaxFloatGemvTokens tokens are widened to f32 (FMA); past
+  // BF16 rows for up to kMaxBf16GemvTokens tokens are widened to f32 (FMA); past
   // that, and for every other type, the unit is the matrix-matrix kernel's.
-  const bool widened = t == DType::BF16 && n <= kernels::kMaxFloatGemvTokens;
+  const bool widened = t == DType::BF16 && n <= kernels::kMaxBf16GemvTokens;
   bench::report_compute(state, "GOP/s", 2.0 * static_cast<double>(rows * n) * 2048 * iters,
                         widened ? bench::ComputeUnit::Fp32 : bench::compute_unit(t), threads(state));
 }

@@ -129,15 +129,15 @@ TEST_CASE("RoPE tables rotate as the textbook formula does, at any position", "[
 
 TEST_CASE("matmul equals Eigen's product for f32 weights, any token count", "[kernels][matmul]") {
   // m and k odd so that row tiles and vector tails are partial; n covers the
-  // matrix-vector path (1..4, and 1..8 through the AVX-512 kernels: four
-  // streams up to 4 tokens, two past that) and the tiled path, with partial
-  // token groups and (kTokensPerPass + 44) a second, partial pass of tokens;
-  // 200 rows make several row blocks and 1100 columns three k slices, the
-  // last partial.
+  // matrix-vector path (1..4, and 1..16 through the AVX-512 kernels: four
+  // streams up to 4 tokens, two up to 8, passes of 8 past that) and the tiled
+  // path, with partial token groups and (kTokensPerPass + 44) a second,
+  // partial pass of tokens; 200 rows make several row blocks and 1100
+  // columns three k slices, the last partial.
   for (std::size_t m : {1, 5, 13, 67, 200}) {
     for (std::size_t kk : {1, 7, 33, 300, 1100}) {
       const auto w = random_vector(m * kk, 11);
-      const std::size_t counts[] = {1, 2, 3, 4, 5, 7, 8, 9, 31, 33, 70, k::kTokensPerPass + 44};
+      const std::size_t counts[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 31, 33, 70, k::kTokensPerPass + 44};
       for (std::size_t n : counts) {
         const std::size_t ldx = kk + 3, ldy = m + 2;  // strides wider than the rows
         const auto x = random_vector(n * ldx, 12);
