@@ -14,7 +14,7 @@ namespace streamllm::kernels {
 // serves every token. Four vectors per step and an accumulator each keep
 // enough loads in flight for one stream (a software prefetch adds nothing
 // to one stream). On AVX-512 CPUs f32 weights go instead through
-// avx512::gemv_widen_rows (up to 8 tokens), which reads four streams at
+// avx512::gemv_widen_rows (up to 16 tokens), which reads four streams at
 // once: one core then reads ~15% faster for one token, 1.3x for two (f32
 // 65536 x 2048: 26-27 against 20 GB/s).
 template <int NT>

@@ -131,13 +131,14 @@ inline void gemv(const TensorView& w, const float* x, std::size_t n, std::size_t
       case DType::F32:
       case DType::F16:
       case DType::BF16:
-        // Past 8 tokens, passes of 8 over the chunk, whose rows the first
-        // pass left in L2.
+        // Past 8 tokens (the kernel's largest NT), passes of 8 over the
+        // chunk, whose rows the first pass left in L2.
         return parallel_chunks(m, chunk, work, [&](std::size_t r0, std::size_t r1) {
-          for (std::size_t t0 = 0; t0 < n; t0 += 8) {
+          constexpr std::size_t kPass = 8;
+          for (std::size_t t0 = 0; t0 < n; t0 += kPass) {
             const float* xt = x + t0 * ldx;
             float* yt = y + t0 * ldy;
-            avx512::with_tokens8(std::min<std::size_t>(8, n - t0), [&]<int NT>() {
+            avx512::with_tokens8(std::min(kPass, n - t0), [&]<int NT>() {
               if (w.type == DType::F32)
                 avx512::gemv_widen_rows<avx512::F32Row, NT>(r0, r1, w.data, stride, k, xt, ldx, yt, ldy);
               else if (w.type == DType::F16)
