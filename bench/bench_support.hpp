@@ -174,15 +174,16 @@ inline const MachineLimits& machine_limits() {
 }
 
 // The arithmetic unit a weight type's matrix-matrix kernel runs on: f32
-// tiles for F32 and F16, bf16 tiles (vdpbf16ps) for BF16 and the K-quants,
-// int8 tiles (vpdpbusd) for Q8_0 and Q4_0.
+// tiles for F32 and F16, int8 tiles (vpdpbusd) for Q8_0 and Q4_0, and for
+// BF16 and the K-quants bf16 tiles (vdpbf16ps) where this CPU takes them,
+// f32 tiles where it does not (kernels::bf16_tiles()).
 enum class ComputeUnit { Fp32, Bf16, Vnni };
 
 inline ComputeUnit compute_unit(streamllm::DType t) {
   using streamllm::DType;
   if (t == DType::F32 || t == DType::F16) return ComputeUnit::Fp32;
   if (t == DType::Q8_0 || t == DType::Q4_0) return ComputeUnit::Vnni;
-  return ComputeUnit::Bf16;
+  return streamllm::kernels::bf16_tiles() ? ComputeUnit::Bf16 : ComputeUnit::Fp32;
 }
 
 // Peak operations per second (1e9) of `threads` threads; they scale linearly.
@@ -236,6 +237,9 @@ inline streamllm::Llama<streamllm::presets::TinyLlama1B>& tinyllama(const std::s
 // main() of a benchmark binary whose benchmarks are registered at run time.
 inline int run_registered(int argc, char** argv, void (*register_all)()) {
   register_all();
+  benchmark::AddCustomContext("streamllm kernels", std::string(streamllm::kernels::to_string(streamllm::kernels::active_isa())) +
+                                                       (streamllm::kernels::bf16_tiles() ? ", BF16 prefill in bf16 tiles"
+                                                                                         : ", BF16 prefill in f32 tiles"));
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -32,11 +32,14 @@ std::vector<TokenId> tokens(std::size_t n) {
   return t;
 }
 
-// The unit most of a file's prefill runs on (q4_k_m: Q4_K and Q6_K, bf16 tiles).
+// The unit most of a file's prefill runs on (q4_k_m: that of Q4_K and Q6_K).
 bench::ComputeUnit prefill_unit(const std::string& type) {
-  if (type == "f32" || type == "f16") return bench::ComputeUnit::Fp32;
-  if (type == "q8_0" || type == "q4_0") return bench::ComputeUnit::Vnni;
-  return bench::ComputeUnit::Bf16;
+  if (type == "f32") return bench::compute_unit(DType::F32);
+  if (type == "f16") return bench::compute_unit(DType::F16);
+  if (type == "bf16") return bench::compute_unit(DType::BF16);
+  if (type == "q8_0") return bench::compute_unit(DType::Q8_0);
+  if (type == "q4_0") return bench::compute_unit(DType::Q4_0);
+  return bench::compute_unit(DType::Q4_K);
 }
 
 // args: threads, prompt tokens

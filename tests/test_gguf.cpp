@@ -254,9 +254,10 @@ TEST_CASE("quantised weights stay close to the f32 model", "[gguf][convert][quan
       std::cout << "quantised " << (pad ? "padded (all matrices quantised) " : "stories260K ") << type << ": max |logit error| "
                 << max_err << ", teacher-forced argmax agreement " << share << " over " << total << " steps\n";
       table.push_back({type, max_err, share});
-      // Bounds with margin over what this model measures (see the closing note).
+      // Bounds with margin over what this model measures (2026-11-30: f16
+      // 0.0144, bf16 0.138, q8_0 0.513 / 0.598 padded, q4_0 8.73 / 8.61).
       const std::string t = type;
-      const float err_bound = t == "f32" ? 1e-4f : t == "f16" ? 0.05f : t == "bf16" ? 0.3f : t == "q8_0" ? 0.6f : 12.0f;
+      const float err_bound = t == "f32" ? 1e-4f : t == "f16" ? 0.05f : t == "bf16" ? 0.3f : t == "q8_0" ? 0.8f : 12.0f;
       const double agree_bound = t == "f32" ? 1.0 : t == "f16" ? 0.99 : t == "bf16" ? 0.95 : t == "q8_0" ? 0.97 : 0.8;
       INFO(type << (pad ? " padded" : ""));
       REQUIRE(max_err <= err_bound);

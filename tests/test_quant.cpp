@@ -89,6 +89,15 @@ TEST_CASE("each quantiser's round trip stays within its format's step", "[quant]
   }
 }
 
+// Sets kernels::bf16_tiles() for a scope.
+struct ForceBf16Tiles {
+  bool saved = k::bf16_tiles();
+  explicit ForceBf16Tiles(bool on) { k::bf16_tiles() = on; }
+  ~ForceBf16Tiles() { k::bf16_tiles() = saved; }
+  ForceBf16Tiles(const ForceBf16Tiles&) = delete;
+  ForceBf16Tiles& operator=(const ForceBf16Tiles&) = delete;
+};
+
 TEST_CASE("typed matrix kernels equal the exact product, on both paths and every token count", "[quant][kernels]") {
   // rows odd (partial row groups and tiles, four decode streams of 9 rows and
   // one row left over), k with an odd number of 32-blocks where the type allows
@@ -119,19 +128,25 @@ TEST_CASE("typed matrix kernels equal the exact product, on both paths and every
             for (std::int64_t c = 0; c < cols; ++c) s += std::abs(double(row[static_cast<std::size_t>(c)]) * x[j * ldx + static_cast<std::size_t>(c)]);
             bound[j * ldy + static_cast<std::size_t>(r)] = static_cast<float>(s);
           }
-        for (k::Isa isa : {k::Isa::Avx512Bf16Vnni, k::Isa::Portable}) {
+        // The AVX-512 path with BF16 and the K-quants' prefill in bf16 tiles
+        // (AMD) and in f32 tiles (Intel), whichever this CPU takes.
+        struct Path { k::Isa isa; bool bf16_tiles; };
+        for (const Path path : {Path{k::Isa::Avx512Bf16Vnni, true}, Path{k::Isa::Avx512Bf16Vnni, false}, Path{k::Isa::Portable, false}}) {
+          const k::Isa isa = path.isa;
           if (isa == k::Isa::Avx512Bf16Vnni && !has_fast_path()) continue;
+          const ForceBf16Tiles forced(path.bf16_tiles);
           std::vector<float> got(n * ldy, 0.0f);
           k::matmul(m.view, x.data(), n, ldx, got.data(), ldy, isa);
           const std::size_t limit = k::gemv_token_limit(m.view, isa);
           const bool int8_type = t == DType::Q8_0 || t == DType::Q4_0;
           const bool int8_acts = int8_type && (n <= limit || isa == k::Isa::Avx512Bf16Vnni);  // int8 gemv or int8 tiles
-          const bool bf16_tiles = n > limit && isa == k::Isa::Avx512Bf16Vnni && t != DType::F16 && !int8_type;
+          const bool bf16_tiles = n > limit && isa == k::Isa::Avx512Bf16Vnni && path.bf16_tiles && t != DType::F16 && !int8_type;
           const float rel = int8_acts ? 0x1p-6f : bf16_tiles ? 0x1p-7f : 1e-5f;
           for (std::size_t j = 0; j < n; ++j)
             for (std::int64_t r = 0; r < rows; ++r) {
               const std::size_t i = j * ldy + static_cast<std::size_t>(r);
-              INFO(dtype_name(t) << " cols " << cols << " n " << n << " isa " << k::to_string(isa) << " row " << r << " token " << j);
+              INFO(dtype_name(t) << " cols " << cols << " n " << n << " isa " << k::to_string(isa) << (path.bf16_tiles ? " (bf16 tiles)" : "")
+                                 << " row " << r << " token " << j);
               REQUIRE(std::abs(got[i] - want[i]) <= rel * bound[i] + 1e-6f);
             }
         }

@@ -39,9 +39,10 @@ int run(const Options& o) {
   opt.sampling.repetition_penalty = o.repetition_penalty;
   opt.sampling.seed = o.seed;
 
-  std::fprintf(stderr, "model %s (%s), tokenizer %s, %d threads, kernels %s + %s\n", o.model.c_str(),
+  std::fprintf(stderr, "model %s (%s), tokenizer %s, %d threads, kernels %s + %s (BF16 prefill in %s tiles)\n", o.model.c_str(),
                Config::shape().to_string().c_str(), o.tokenizer.c_str(), omp_get_max_threads(),
-               streamllm::kernels::simd_arch_name(), streamllm::kernels::to_string(streamllm::kernels::active_isa()));
+               streamllm::kernels::simd_arch_name(), streamllm::kernels::to_string(streamllm::kernels::active_isa()),
+               streamllm::kernels::bf16_tiles() ? "bf16" : "f32");
   const auto res = streamllm::generate(model, tok, *cache, std::string_view(o.prompt), opt,
                                        [](std::string_view piece) {
                                          std::fwrite(piece.data(), 1, piece.size(), stdout);

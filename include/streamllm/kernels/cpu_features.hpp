@@ -17,12 +17,20 @@ struct CpuFeatures {
   bool avx512_bf16 = false;  // vdpbf16ps
   bool avx512_vbmi = false;  // vpermb
   bool f16c = false;
+  // vdpbf16ps retires at least as many FLOPs as vfmadd231ps. AMD's Zen 4
+  // and 5 do (Zen 5 here: 545 against 272 GFLOP/s a thread); Intel's cores
+  // with AVX512-BF16 do not (a Sapphire Rapids Xeon here: 79 against 157,
+  // ../shared/tools/machine-limits/peak.c), and there bf16 weights are faster
+  // widened to f32 for the f32 tiles than multiplied as bf16 pairs.
+  bool bf16_dot_full_rate = false;
 };
 
 inline CpuFeatures detect_cpu_features() {
   CpuFeatures f;
 #if defined(__x86_64__) || defined(__i386__)
   unsigned a, b, c, d;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return f;
+  const bool amd = b == 0x68747541 && d == 0x69746E65 && c == 0x444D4163;  // "AuthenticAMD"
   if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
   const bool osxsave = (c >> 27) & 1;
   f.f16c = (c >> 29) & 1;
@@ -36,6 +44,7 @@ inline CpuFeatures detect_cpu_features() {
   f.avx512_vnni = f.avx512 && ((c >> 11) & 1);
   f.avx512_vbmi = f.avx512 && ((c >> 1) & 1);
   if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avx512_bf16 = f.avx512 && ((a >> 5) & 1);
+  f.bf16_dot_full_rate = f.avx512_bf16 && amd;
 #endif
   return f;
 }
@@ -53,6 +62,15 @@ inline Isa& active_isa() {
     return f.avx512 && f.avx512_vnni && f.avx512_bf16 && f.avx512_vbmi && f.f16c ? Isa::Avx512Bf16Vnni : Isa::Portable;
   }();
   return isa;
+}
+
+// Whether the prefill of BF16 and K-quant weights takes the bf16 tiles
+// (vdpbf16ps; activations rounded to bf16) or the f32 tiles (weights widened
+// to f32 a block at a time) on the AVX-512 path: the faster on this CPU,
+// unless a test forced one.
+inline bool& bf16_tiles() {
+  static bool use = detect_cpu_features().bf16_dot_full_rate;
+  return use;
 }
 
 }  // namespace streamllm::kernels

@@ -6,9 +6,11 @@
 //   type        few tokens (decode)                  many tokens (prefill)
 //   F32         f32 FMA (xsimd)                       f32 tiles (xsimd)
 //   F16         widened to f32, FMA                   converted to f32 per block, f32 tiles
-//   BF16        widened to f32, FMA                   bf16 tiles, vdpbf16ps
+//   BF16        widened to f32, FMA                   bf16 tiles, vdpbf16ps (*)
 //   Q8_0, Q4_0  int8 activations, vpdpbusd            unpacked to int8 per block, int8 tiles, vpdpbusd
-//   Q4_K, Q6_K  super-blocks dequantised in L1, FMA   dequantised to bf16 per block, bf16 tiles
+//   Q4_K, Q6_K  super-blocks dequantised in L1, FMA   dequantised to bf16 per block, bf16 tiles (*)
+// (*) where vdpbf16ps is full rate (bf16_tiles(): AMD); elsewhere (Intel)
+// widened or dequantised to f32 per block, f32 tiles.
 // Without AVX-512 BF16/VNNI (or forced to Isa::Portable) every type takes the
 // xsimd paths: f32 FMA over dequantised rows, and f32 tiles.
 #pragma once
@@ -41,7 +43,8 @@ namespace streamllm::kernels {
 // 2 threads, 8 sequences in a batch: F16 76-77 tok/s against 25 through the
 // f32 tiles, BF16 76-81 against 46 through the bf16 tiles), F32 and F16 up to
 // 16 in passes of 8 (F16, 16 sequences: 85-89 against 49); BF16's tiles are
-// the faster at 16 (91-105 against 86-89). Int8 rows up to 16.
+// the faster at 16 (91-105 against 86-89) where it takes them (bf16_tiles();
+// elsewhere BF16 is F16's case). Int8 rows up to 16.
 inline constexpr std::size_t kMaxGemvTokens = 4;
 inline constexpr std::size_t kMaxFloatGemvTokens = 16;
 inline constexpr std::size_t kMaxBf16GemvTokens = 8;
@@ -52,7 +55,7 @@ inline std::size_t gemv_token_limit(const TensorView& w, Isa isa) {
   switch (w.type) {
     case DType::F32:
     case DType::F16: return kMaxFloatGemvTokens;
-    case DType::BF16: return kMaxBf16GemvTokens;
+    case DType::BF16: return bf16_tiles() ? kMaxBf16GemvTokens : kMaxFloatGemvTokens;
     case DType::Q8_0:
     case DType::Q4_0: return kMaxInt8GemvTokens;
     default: return kMaxGemvTokens;
@@ -181,20 +184,18 @@ inline void gemv(const TensorView& w, const float* x, std::size_t n, std::size_t
   parallel_chunks(m, chunk, work, [&](std::size_t r0, std::size_t r1) { portable::gemv_dequant(w, x, ldx, n, y, ldy, r0, r1); });
 }
 
-// Rows of any type converted a block at a time to f32 (the portable tiles).
+// Rows of any type converted a block at a time to f32 (the f32 tiles), by
+// the AVX-512 converters where there is one.
 struct DequantRowsF32 {
   const TensorView* w;
-  bool f16_fast;
+  bool avx512;
   std::pair<const float*, std::size_t> block(std::size_t r0, std::size_t rows, std::size_t k0, std::size_t kc,
                                              AlignedVector<float>& scratch) const {
     float* out = grow(scratch, rows * kc);
     for (std::size_t i = 0; i < rows; ++i) {
       const std::byte* src = w->row(static_cast<std::int64_t>(r0 + i)) + row_bytes(w->type, static_cast<std::int64_t>(k0));
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
-      if (f16_fast && w->type == DType::F16) {
-        avx512::f16_to_f32_row(reinterpret_cast<const std::uint16_t*>(src), kc, out + i * kc);
-        continue;
-      }
+      if (avx512 && avx512::dequantize_row_f32(w->type, src, kc, out + i * kc)) continue;
 #endif
       quant::dequantize_row(w->type, src, static_cast<std::int64_t>(kc), out + i * kc);
     }
@@ -226,7 +227,7 @@ inline void gemm_typed(const TensorView& w, const float* x, std::size_t n, std::
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
   if (isa == Isa::Avx512Bf16Vnni && w.type == DType::F32)
     return gemm<avx512::GemmF32Transposed>(F32RowSource{reinterpret_cast<const float*>(w.data), k}, m, k, x, ldx, n, y, ldy);
-  if (isa == Isa::Avx512Bf16Vnni && w.type == DType::F16)
+  if (isa == Isa::Avx512Bf16Vnni && (w.type == DType::F16 || (!bf16_tiles() && w.type != DType::Q8_0 && w.type != DType::Q4_0)))
     return gemm<avx512::GemmF32Transposed>(DequantRowsF32{&w, true}, m, k, x, ldx, n, y, ldy);
 #endif
   if (w.type == DType::F32) return gemm<GemmF32>(F32RowSource{reinterpret_cast<const float*>(w.data), k}, m, k, x, ldx, n, y, ldy);

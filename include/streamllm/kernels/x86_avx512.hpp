@@ -758,6 +758,27 @@ STREAMLLM_AVX512 inline void f16_to_f32_row(const std::uint16_t* src, std::size_
   for (; i < n; ++i) dst[i] = f16_to_f32(src[i]);
 }
 
+// bf16 -> f32 is exact: the bits moved to the high half of a word.
+STREAMLLM_AVX512 inline void bf16_to_f32_row(const std::uint16_t* src, std::size_t n, float* dst) {
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(
+                                  _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))), 16)));
+  for (; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
+}
+
+// `cols` elements (whole blocks) of a row to f32 where a vector converter
+// exists (F16, BF16, the K-quants); false for the others.
+STREAMLLM_AVX512 inline bool dequantize_row_f32(DType t, const std::byte* src, std::size_t cols, float* dst) {
+  switch (t) {
+    case DType::F16: f16_to_f32_row(reinterpret_cast<const std::uint16_t*>(src), cols, dst); return true;
+    case DType::BF16: bf16_to_f32_row(reinterpret_cast<const std::uint16_t*>(src), cols, dst); return true;
+    case DType::Q4_K:
+    case DType::Q6_K: dequantize_row_kquant(t, src, cols, dst); return true;
+    default: return false;
+  }
+}
+
 // One row of `cols` elements (whole blocks) of a quantised type to bf16, for
 // the bf16 tiles (the K-quants; Q8_0 and Q4_0 take the int8 tiles).
 STREAMLLM_AVX512 inline void dequantize_row_bf16(DType t, const std::byte* src, std::size_t cols,
