@@ -227,13 +227,14 @@ inline void gemm_typed(const TensorView& w, const float* x, std::size_t n, std::
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
   if (isa == Isa::Avx512Bf16Vnni && w.type == DType::F32)
     return gemm<avx512::GemmF32Transposed>(F32RowSource{reinterpret_cast<const float*>(w.data), k}, m, k, x, ldx, n, y, ldy);
-  if (isa == Isa::Avx512Bf16Vnni && (w.type == DType::F16 || (!bf16_tiles() && w.type != DType::Q8_0 && w.type != DType::Q4_0)))
+  const bool int8_tiles = w.type == DType::Q8_0 || w.type == DType::Q4_0;
+  if (isa == Isa::Avx512Bf16Vnni && !int8_tiles && (w.type == DType::F16 || !bf16_tiles()))
     return gemm<avx512::GemmF32Transposed>(DequantRowsF32{&w, true}, m, k, x, ldx, n, y, ldy);
 #endif
   if (w.type == DType::F32) return gemm<GemmF32>(F32RowSource{reinterpret_cast<const float*>(w.data), k}, m, k, x, ldx, n, y, ldy);
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
   if (isa == Isa::Avx512Bf16Vnni && k % 2 == 0) {
-    if (w.type == DType::Q8_0 || w.type == DType::Q4_0) return gemm<avx512::GemmInt8>(avx512::Int8Rows{&w}, m, k, x, ldx, n, y, ldy);
+    if (int8_tiles) return gemm<avx512::GemmInt8>(avx512::Int8Rows{&w}, m, k, x, ldx, n, y, ldy);
     if (w.type == DType::BF16)
       return gemm<avx512::GemmBf16>(CopyRows<std::uint16_t>{reinterpret_cast<const std::uint16_t*>(w.data), k}, m, k,
                                     x, ldx, n, y, ldy);

@@ -783,10 +783,7 @@ STREAMLLM_AVX512 inline bool dequantize_row_f32(DType t, const std::byte* src, s
 // the bf16 tiles (the K-quants; Q8_0 and Q4_0 take the int8 tiles).
 STREAMLLM_AVX512 inline void dequantize_row_bf16(DType t, const std::byte* src, std::size_t cols,
                                                  std::uint16_t* dst, float* tmp) {
-  if (t == DType::Q4_K || t == DType::Q6_K)
-    dequantize_row_kquant(t, src, cols, tmp);
-  else
-    quant::dequantize_row(t, src, static_cast<std::int64_t>(cols), tmp);
+  if (!dequantize_row_f32(t, src, cols, tmp)) quant::dequantize_row(t, src, static_cast<std::int64_t>(cols), tmp);
   f32_to_bf16_row(tmp, cols, dst);
 }
 
