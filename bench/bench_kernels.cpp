@@ -36,7 +36,10 @@ const Matrix& matrix(DType t, std::int64_t rows, std::int64_t cols) {
 
 int threads(const benchmark::State& state) { return static_cast<int>(state.range(0)); }
 
-const DType kTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K};
+// Q8_0x16 and Q4_0x16: the layout a model reads on the AVX-512 path (it
+// interleaves Q8_0 and Q4_0 at load); Q8_0 and Q4_0 as in the file.
+const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16,    DType::Q8_0,   DType::Q4_0,
+                        DType::Q4_K, DType::Q6_K, DType::Q8_0x16, DType::Q4_0x16};
 
 // args: threads, rows (cols = 2048)
 void gemv(benchmark::State& state, DType t) {

@@ -182,7 +182,7 @@ enum class ComputeUnit { Fp32, Bf16, Vnni };
 inline ComputeUnit compute_unit(streamllm::DType t) {
   using streamllm::DType;
   if (t == DType::F32 || t == DType::F16) return ComputeUnit::Fp32;
-  if (t == DType::Q8_0 || t == DType::Q4_0) return ComputeUnit::Vnni;
+  if (streamllm::kernels::is_int8_blocks(t)) return ComputeUnit::Vnni;
   return streamllm::kernels::bf16_tiles() ? ComputeUnit::Bf16 : ComputeUnit::Fp32;
 }
 

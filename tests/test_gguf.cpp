@@ -179,6 +179,51 @@ TEST_CASE("the tokenizer built from GGUF metadata encodes 1000 strings as the .m
   }
 }
 
+TEST_CASE("a model interleaves its Q8_0 / Q4_0 matrices at load and computes what the file's layout computes", "[gguf][quant]") {
+  // Rows of 512 (one group of 16 blocks) and 544 (a group and one block
+  // past it), a tied classifier (interleaved; the embedding rows it shares
+  // stay as in the file), random weights: one token (the four-stream
+  // kernel), 9 tokens (the batched one), 40 (the int8 tiles).
+  using Wide = LlamaConfig<512, 544, 1, 8, 4, 512, 64>;
+  const ModelShape s = Wide::shape();
+  std::vector<float> w(static_cast<std::size_t>(io::llama2c_float_count(s, true)));
+  std::mt19937 gen(5);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  for (float& x : w) x = normal(gen);
+  const auto bin = (scratch() / "wide.bin").string();
+  io::write_llama2c(bin, s, true, w);
+  for (const char* type : {"q8_0", "q4_0"}) {
+    const auto path = (scratch() / (std::string("wide-") + type + ".gguf")).string();
+    io::convert_llama2c_to_gguf(bin, test::model_path("tok512.model"), path, io::parse_recipe(type));
+    const bool saved = interleave_int8_at_load();
+    interleave_int8_at_load() = false;
+    auto blocks = load_llama<Wide>(path);
+    interleave_int8_at_load() = saved;
+    auto model = load_llama<Wide>(path);
+    const DType file_type = std::string(type) == "q8_0" ? DType::Q8_0 : DType::Q4_0;
+    REQUIRE(blocks.weights().layers[0].w_down.type == file_type);
+    REQUIRE(model.weights().token_embedding.type == file_type);
+    const bool fast = kernels::active_isa() == kernels::Isa::Avx512Bf16Vnni;
+    for (const TensorView* m : {&model.weights().layers[0].wq, &model.weights().layers[0].w_down, &model.weights().classifier})
+      REQUIRE(m->type == (fast ? quant::interleaved_type(file_type) : file_type));
+
+    std::vector<TokenId> ids(50);
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<TokenId>((37 * i + 11) % Wide::Vocab);
+    KVCache<Wide> ca, cb;
+    auto compare = [&](std::span<const float> got, std::span<const float> want, const char* what) {
+      float scale = 0;
+      for (float x : want) scale = std::max(scale, std::abs(x));
+      INFO(type << " " << what);
+      REQUIRE(scale > 0);
+      REQUIRE(test::max_abs_diff(got, want) <= 1e-4f * scale);
+    };
+    const std::span<const TokenId> all(ids);
+    compare(model.prefill(all.first(40), ca), blocks.prefill(all.first(40), cb), "40-token prefill");
+    compare(model.prefill(all.subspan(40, 9), ca), blocks.prefill(all.subspan(40, 9), cb), "9-token prefill");
+    compare(model.decode(ids[49], ca), blocks.decode(ids[49], cb), "decode");
+  }
+}
+
 TEST_CASE("quantised weights stay close to the f32 model", "[gguf][convert][quant]") {
   // stories260K's FFN rows of 172 stay F16 (not a multiple of 32); the same
   // weights with the hidden size padded by zeros to 192 (the same function)

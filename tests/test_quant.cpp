@@ -2,6 +2,7 @@
 // and portable) against the exact oracle (rows dequantised, product in double).
 #include <immintrin.h>
 
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -34,7 +35,8 @@ struct Matrix {
   }
 };
 
-const DType kTypes[] = {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K};
+const DType kTypes[] = {DType::F16,  DType::BF16, DType::Q8_0,    DType::Q4_0,
+                        DType::Q4_K, DType::Q6_K, DType::Q8_0x16, DType::Q4_0x16};
 
 bool has_fast_path() { return k::detect_cpu_features().avx512_bf16 && k::detect_cpu_features().avx512_vnni; }
 
@@ -138,7 +140,7 @@ TEST_CASE("typed matrix kernels equal the exact product, on both paths and every
           std::vector<float> got(n * ldy, 0.0f);
           k::matmul(m.view, x.data(), n, ldx, got.data(), ldy, isa);
           const std::size_t limit = k::gemv_token_limit(m.view, isa);
-          const bool int8_type = t == DType::Q8_0 || t == DType::Q4_0;
+          const bool int8_type = k::is_int8_blocks(t);
           const bool int8_acts = int8_type && (n <= limit || isa == k::Isa::Avx512Bf16Vnni);  // int8 gemv or int8 tiles
           const bool bf16_tiles = n > limit && isa == k::Isa::Avx512Bf16Vnni && path.bf16_tiles && t != DType::F16 && !int8_type;
           const float rel = int8_acts ? 0x1p-6f : bf16_tiles ? 0x1p-7f : 1e-5f;
@@ -180,25 +182,60 @@ TEST_CASE("the batched kernel's activation layout is the same from the scalar an
 }
 #endif
 
+TEST_CASE("interleaved Q8_0 / Q4_0 rows hold the same blocks: round trip, dequantised values, the vector interleave", "[quant]") {
+  for (DType base : {DType::Q8_0, DType::Q4_0})
+    for (std::int64_t cols : {64, 512, 1024 + 96, 5632}) {  // no group, one, two and a tail, eleven
+      const Matrix m(base, normal(static_cast<std::size_t>(3 * cols), 11, 0.05f), 3, cols);
+      const auto bytes = static_cast<std::size_t>(row_bytes(base, cols));
+      for (std::int64_t r = 0; r < 3; ++r) {
+        INFO(dtype_name(base) << " cols " << cols << " row " << r);
+        std::vector<std::byte> inter(bytes), back(bytes);
+        quant::interleave_row(base, m.view.row(r), inter.data(), cols);
+        quant::deinterleave_row(base, inter.data(), back.data(), cols);
+        REQUIRE(std::memcmp(back.data(), m.view.row(r), bytes) == 0);
+        if (cols >= 512) REQUIRE(std::memcmp(inter.data(), m.view.row(r), bytes) != 0);  // it did move something
+        std::vector<float> want(static_cast<std::size_t>(cols)), got(want.size());
+        quant::dequantize_row(base, m.view.row(r), cols, want.data());
+        quant::dequantize_row(quant::interleaved_type(base), inter.data(), cols, got.data());
+        REQUIRE(got == want);
+#ifdef STREAMLLM_HAVE_AVX512_KERNELS
+        if (has_fast_path()) {
+          std::vector<std::byte> vec(bytes);
+          k::avx512::interleave_row_avx512(base, m.view.row(r), vec.data(), static_cast<std::size_t>(cols));
+          REQUIRE(vec == inter);
+        }
+#endif
+      }
+      // quantize_row to an interleaved type is the base type's blocks, interleaved.
+      const Matrix direct(quant::interleaved_type(base), normal(static_cast<std::size_t>(3 * cols), 11, 0.05f), 3, cols);
+      std::vector<std::byte> inter(bytes);
+      quant::interleave_row(base, m.view.row(0), inter.data(), cols);
+      REQUIRE(std::memcmp(direct.view.row(0), inter.data(), bytes) == 0);
+    }
+}
+
 TEST_CASE("the VNNI kernels equal their portable twins, which do the same integer arithmetic", "[quant][kernels]") {
   if (!has_fast_path()) {
     SUCCEED("no AVX-512 VNNI here: the portable path is the only one");
     return;
   }
-  for (DType t : {DType::Q8_0, DType::Q4_0}) {
-    for (std::int64_t cols : {32, 96, 2048}) {
+  // Each type in the file's layout and interleaved (the fast one's view), the
+  // twin always on the file's.
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q8_0x16, DType::Q4_0x16}) {
+    for (std::int64_t cols : {32, 96, 2048, 1024 + 96}) {
       const std::int64_t rows = 9;
-      const Matrix m(t, normal(static_cast<std::size_t>(rows * cols), 6, 0.05f), rows, cols);
+      const auto weights = normal(static_cast<std::size_t>(rows * cols), 6, 0.05f);
+      const Matrix fast_m(t, weights, rows, cols), m(quant::base_type(t), weights, rows, cols);
       // Every path: one token, the batched gemv (up to 16), the int8 tiles
       // (beyond), with partial tiles of tokens.
       for (std::size_t n : {1, 2, 3, 4, 5, 8, 9, 16, 17, 31, 32, 33, 70}) {
         const auto x = normal(n * static_cast<std::size_t>(cols), 7);
         std::vector<float> fast(n * static_cast<std::size_t>(rows)), twin(fast.size());
-        k::matmul(m.view, x.data(), n, static_cast<std::size_t>(cols), fast.data(), static_cast<std::size_t>(rows), k::Isa::Avx512Bf16Vnni);
+        k::matmul(fast_m.view, x.data(), n, static_cast<std::size_t>(cols), fast.data(), static_cast<std::size_t>(rows), k::Isa::Avx512Bf16Vnni);
         // The twin: int8 activations and per-block integer dot products, in scalar code.
         k::QuantizedActivations xa;
         k::quantize_activations(x.data(), static_cast<std::size_t>(cols), n, static_cast<std::size_t>(cols), xa);
-        if (t == DType::Q8_0)
+        if (m.view.type == DType::Q8_0)
           k::portable::gemv_q8_0(m.view, xa, n, twin.data(), static_cast<std::size_t>(rows), 0, static_cast<std::size_t>(rows));
         else
           k::portable::gemv_q4_0(m.view, xa, n, twin.data(), static_cast<std::size_t>(rows), 0, static_cast<std::size_t>(rows));
@@ -218,6 +255,7 @@ TEST_CASE("matmul_shared gives each matrix what matmul gives it, fused or not", 
   const std::int64_t rows[] = {300, 40, 40};
   const std::vector<std::vector<DType>> cases = {{DType::Q8_0, DType::Q8_0, DType::Q8_0},
                                                  {DType::Q4_0, DType::Q4_0, DType::Q4_0},
+                                                 {DType::Q8_0x16, DType::Q8_0x16, DType::Q8_0x16},
                                                  {DType::Q4_0, DType::Q8_0, DType::F32}};
   for (const auto& types : cases) {
     std::vector<Matrix> ms;

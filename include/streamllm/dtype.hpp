@@ -20,6 +20,11 @@ enum class DType : std::uint32_t {
   Q4_K = 12,
   Q6_K = 14,
   BF16 = 30,
+  // In memory only, never in a file: Q8_0 and Q4_0 rows interleaved in
+  // groups of 16 blocks for the AVX-512 int8 kernels (quant/interleaved.hpp).
+  // Same bytes per row as their base types.
+  Q8_0x16 = 1008,
+  Q4_0x16 = 1002,
 };
 
 struct DTypeTraits {
@@ -37,6 +42,8 @@ constexpr DTypeTraits traits(DType t) {
     case DType::Q4_0: return {"Q4_0", 32, 18};
     case DType::Q4_K: return {"Q4_K", 256, 144};
     case DType::Q6_K: return {"Q6_K", 256, 210};
+    case DType::Q8_0x16: return {"Q8_0x16", 32, 34};
+    case DType::Q4_0x16: return {"Q4_0x16", 32, 18};
   }
   return {"?", 0, 0};
 }
@@ -45,6 +52,7 @@ constexpr bool is_known_dtype(std::uint32_t id) {
   switch (static_cast<DType>(id)) {
     case DType::F32: case DType::F16: case DType::BF16: case DType::Q8_0:
     case DType::Q4_0: case DType::Q4_K: case DType::Q6_K: return true;
+    case DType::Q8_0x16: case DType::Q4_0x16: return false;  // not a file's type
   }
   return false;
 }

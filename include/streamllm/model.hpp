@@ -31,6 +31,7 @@
 #include "streamllm/cache/kv_cache.hpp"
 #include "streamllm/config.hpp"
 #include "streamllm/error.hpp"
+#include "streamllm/interleave_weights.hpp"
 #include "streamllm/kernels/axpy.hpp"
 #include "streamllm/kernels/dequantize.hpp"
 #include "streamllm/kernels/matmul.hpp"
@@ -73,8 +74,10 @@ class Llama {
     const std::size_t* first_ = nullptr;
   };
 
+  // Q8_0 and Q4_0 matrices are copied into the int8 kernels' layout here
+  // when the AVX-512 path runs them (interleave_weights.hpp).
   explicit Llama(ModelWeights<Config> weights)
-      : w_(std::move(weights)), rope_(static_cast<int>(HD), w_.hparams.rope_theta) {}
+      : w_(interleave_int8_weights(std::move(weights))), rope_(static_cast<int>(HD), w_.hparams.rope_theta) {}
 
   const ModelWeights<Config>& weights() const { return w_; }
   const HyperParams& hparams() const { return w_.hparams; }

@@ -9,6 +9,7 @@
 #include "streamllm/detokenizer.hpp"
 #include "streamllm/error.hpp"
 #include "streamllm/generate.hpp"
+#include "streamllm/interleave_weights.hpp"
 #include "streamllm/io/llama2c.hpp"
 #include "streamllm/io/model_file.hpp"
 #include "streamllm/model.hpp"

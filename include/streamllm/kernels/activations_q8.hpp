@@ -113,9 +113,7 @@ inline void quantize_activations_with(const float* x, std::size_t ldx, std::size
     }
 }
 
-// Lane `lane` of a group holds this block of it; the order is the one the
-// AVX-512 transpose of 16 weight blocks produces (x86_avx512.hpp).
-constexpr std::size_t group_lane_block(std::size_t lane) { return 2 * (lane % 8) + lane / 8; }
+using quant::group_lane_block;  // the lane order of the weights' groups (quant/interleaved.hpp)
 
 // Fills the per-group layout (q16, d16, sum16) from q, d and sum; sum16
 // holds -sum << shift, the correction for weights stored with an offset of

@@ -24,8 +24,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <utility>
 
+#include "streamllm/error.hpp"
 #include "streamllm/memory.hpp"
 #include "streamllm/quant/blocks.hpp"
 #include "streamllm/tensor.hpp"
@@ -135,21 +137,56 @@ STREAMLLM_AVX512 inline std::int32_t sum_i8x32(__m256i v) {
   return static_cast<std::int32_t>(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - 32 * 128;
 }
 
+// 16 interleaved blocks (quant/interleaved.hpp) to signed bytes in element
+// order, their scales and their corrections, as Int8Rows lays them out.
+STREAMLLM_AVX512 inline void unpack_group(DType base, const std::byte* group, std::int8_t* q, std::byte* scales,
+                                          std::byte* corrections) {
+  __m512i v[8];
+  const __m512 dw = base == DType::Q8_0 ? Q8_0x16Row::load_group16(reinterpret_cast<const quant::BlockQ8_0*>(group), v)
+                                        : Q4_0x16Row::load_group16(reinterpret_cast<const quant::BlockQ4_0*>(group), v);
+  transpose_blocks16(v);  // vector i: blocks 2i and 2i + 1, unsigned
+  alignas(64) float d[16];
+  _mm512_store_ps(d, dw);
+  const __m512i offset = _mm512_set1_epi8(base == DType::Q8_0 ? static_cast<char>(0x80) : 8);
+  for (std::size_t i = 0; i < 8; ++i) {
+    const __m512i s = _mm512_sub_epi8(v[i], offset);
+    _mm512_storeu_si512(q + 64 * i, s);
+    for (std::size_t h = 0; h < 2; ++h) {
+      const std::size_t b = 2 * i + h;
+      const std::int32_t corr = -128 * sum_i8x32(h ? _mm512_extracti64x4_epi64(s, 1) : _mm512_castsi512_si256(s));
+      std::memcpy(scales + 4 * b, &d[quant::block_group_lane(b)], 4);
+      std::memcpy(corrections + 4 * b, &corr, 4);
+    }
+  }
+}
+
 // Rows of Q8_0 / Q4_0 weights unpacked a block at a time (the int8 tiles).
 struct Int8Rows {
   const TensorView* w;
   STREAMLLM_AVX512 std::pair<const std::byte*, std::size_t> block(std::size_t r0, std::size_t rows, std::size_t k0,
                                                                   std::size_t kc, AlignedVector<std::byte>& scratch) const {
     const std::size_t ld = int8_row_bytes(kc), nb = kc / 32;
+    const DType type = quant::base_type(w->type);
+    // Interleaved rows: whole groups unpacked by the decode kernel's loads and
+    // the transpose back to pairs (it is its own inverse); the driver's
+    // slices of k start on whole groups (kKc is one group).
+    const bool interleaved = quant::is_interleaved(w->type);
+    constexpr std::size_t kGroupCols = 32 * quant::kGroupBlocks;
+    if (interleaved && (k0 % kGroupCols != 0 || (kc % kGroupCols != 0 && k0 + kc != static_cast<std::size_t>(w->cols))))
+      throw Error("Int8Rows: an interleaved row sliced at columns [" + std::to_string(k0) + ", " + std::to_string(k0 + kc) +
+                  "), not on its groups");
     std::byte* out = grow(scratch, rows * ld);
     for (std::size_t i = 0; i < rows; ++i) {
       std::byte* o = out + i * ld;
       auto* q = reinterpret_cast<std::int8_t*>(o);
-      const std::byte* src = w->row(static_cast<std::int64_t>(r0 + i)) + row_bytes(w->type, static_cast<std::int64_t>(k0));
-      for (std::size_t b = 0; b < nb; ++b) {
+      const std::byte* src = w->row(static_cast<std::int64_t>(r0 + i)) + row_bytes(type, static_cast<std::int64_t>(k0));
+      std::size_t b = 0;
+      for (; interleaved && b + quant::kGroupBlocks <= nb; b += quant::kGroupBlocks)
+        unpack_group(type, src + row_bytes(type, static_cast<std::int64_t>(32 * b)), q + 32 * b, o + kc + 4 * b, o + kc + 4 * (nb + b));
+      for (; b < nb; ++b) {
         std::uint16_t dh;
         __m256i v;
-        if (w->type == DType::Q8_0) {
+        if (type == DType::Q8_0) {
           const auto& blk = reinterpret_cast<const quant::BlockQ8_0*>(src)[b];
           dh = blk.d;
           v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs));

@@ -8,6 +8,7 @@
 //   F16         widened to f32, FMA                   converted to f32 per block, f32 tiles
 //   BF16        widened to f32, FMA                   bf16 tiles, vdpbf16ps (*)
 //   Q8_0, Q4_0  int8 activations, vpdpbusd            unpacked to int8 per block, int8 tiles, vpdpbusd
+//   (and their interleaved forms, Q8_0x16 and Q4_0x16, which the model makes at load)
 //   Q4_K, Q6_K  super-blocks dequantised in L1, FMA   dequantised to bf16 per block, bf16 tiles (*)
 // (*) where vdpbf16ps is full rate (bf16_tiles(): AMD); elsewhere (Intel)
 // widened or dequantised to f32 per block, f32 tiles.
@@ -50,6 +51,11 @@ inline constexpr std::size_t kMaxFloatGemvTokens = 16;
 inline constexpr std::size_t kMaxBf16GemvTokens = 8;
 inline constexpr std::size_t kMaxInt8GemvTokens = 16;
 
+// The types the int8 kernels (vpdpbusd) take.
+constexpr bool is_int8_blocks(DType t) {
+  return t == DType::Q8_0 || t == DType::Q4_0 || quant::is_interleaved(t);
+}
+
 inline std::size_t gemv_token_limit(const TensorView& w, Isa isa) {
   if (isa != Isa::Avx512Bf16Vnni) return kMaxGemvTokens;
   switch (w.type) {
@@ -57,7 +63,9 @@ inline std::size_t gemv_token_limit(const TensorView& w, Isa isa) {
     case DType::F16: return kMaxFloatGemvTokens;
     case DType::BF16: return bf16_tiles() ? kMaxBf16GemvTokens : kMaxFloatGemvTokens;
     case DType::Q8_0:
-    case DType::Q4_0: return kMaxInt8GemvTokens;
+    case DType::Q4_0:
+    case DType::Q8_0x16:
+    case DType::Q4_0x16: return kMaxInt8GemvTokens;
     default: return kMaxGemvTokens;
   }
 }
@@ -109,16 +117,18 @@ inline const QuantizedActivations* int8_activations(DType type, const float* x, 
                                                     std::size_t k) {
   static thread_local QuantizedActivations xa;
   avx512::quantize_activations_avx512(x, ldx, n, k, xa);
-  avx512::interleave_groups_avx512(xa, type == DType::Q8_0 ? avx512::Q8_0Row::kGroupShift : avx512::Q4_0Row::kGroupShift);
+  avx512::interleave_groups_avx512(xa, quant::base_type(type) == DType::Q8_0 ? avx512::Q8_0Row::kGroupShift : avx512::Q4_0Row::kGroupShift);
   return &xa;
 }
 
 inline void gemv_int8_rows(DType type, std::size_t r0, std::size_t r1, const std::byte* w, std::size_t stride,
                            const QuantizedActivations* xa, std::size_t n, float* y, std::size_t ldy) {
-  if (type == DType::Q8_0)
-    avx512::gemv_int8_rows<avx512::Q8_0Row>(r0, r1, w, stride, xa, n, y, ldy);
-  else
-    avx512::gemv_int8_rows<avx512::Q4_0Row>(r0, r1, w, stride, xa, n, y, ldy);
+  switch (type) {
+    case DType::Q8_0: return avx512::gemv_int8_rows<avx512::Q8_0Row>(r0, r1, w, stride, xa, n, y, ldy);
+    case DType::Q4_0: return avx512::gemv_int8_rows<avx512::Q4_0Row>(r0, r1, w, stride, xa, n, y, ldy);
+    case DType::Q8_0x16: return avx512::gemv_int8_rows<avx512::Q8_0x16Row>(r0, r1, w, stride, xa, n, y, ldy);
+    default: return avx512::gemv_int8_rows<avx512::Q4_0x16Row>(r0, r1, w, stride, xa, n, y, ldy);
+  }
 }
 #endif
 
@@ -152,7 +162,9 @@ inline void gemv(const TensorView& w, const float* x, std::size_t n, std::size_t
           }
         });
       case DType::Q8_0:
-      case DType::Q4_0: {
+      case DType::Q4_0:
+      case DType::Q8_0x16:
+      case DType::Q4_0x16: {
         const QuantizedActivations* xa = int8_activations(w.type, x, ldx, n, k);
         return parallel_chunks(m, chunk, work, [&](std::size_t r0, std::size_t r1) {
           gemv_int8_rows(w.type, r0, r1, w.data, stride, xa, n, y, ldy);
@@ -227,7 +239,7 @@ inline void gemm_typed(const TensorView& w, const float* x, std::size_t n, std::
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
   if (isa == Isa::Avx512Bf16Vnni && w.type == DType::F32)
     return gemm<avx512::GemmF32Transposed>(F32RowSource{reinterpret_cast<const float*>(w.data), k}, m, k, x, ldx, n, y, ldy);
-  const bool int8_tiles = w.type == DType::Q8_0 || w.type == DType::Q4_0;
+  const bool int8_tiles = is_int8_blocks(w.type);
   if (isa == Isa::Avx512Bf16Vnni && !int8_tiles && (w.type == DType::F16 || !bf16_tiles()))
     return gemm<avx512::GemmF32Transposed>(DequantRowsF32{&w, true}, m, k, x, ldx, n, y, ldy);
 #endif
@@ -280,7 +292,7 @@ inline void matmul_shared(std::span<const MatmulTarget> targets, const float* x,
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
   const DType type = targets[0].w->type;
   const auto k = static_cast<std::size_t>(targets[0].w->cols);
-  const bool fused = isa == Isa::Avx512Bf16Vnni && (type == DType::Q8_0 || type == DType::Q4_0) &&
+  const bool fused = isa == Isa::Avx512Bf16Vnni && is_int8_blocks(type) &&
                      n <= kMaxInt8GemvTokens && std::all_of(targets.begin(), targets.end(), [&](const MatmulTarget& t) {
                        return t.w->type == type && static_cast<std::size_t>(t.w->cols) == k;
                      });

@@ -10,9 +10,11 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "streamllm/dtype.hpp"
 #include "streamllm/error.hpp"
+#include "streamllm/quant/interleaved.hpp"
 
 namespace streamllm::quant {
 
@@ -136,6 +138,20 @@ inline void dequantize_row(DType t, const std::byte* src, std::int64_t cols, flo
     case DType::Q6_K:
       for (std::int64_t b = 0; b < cols / kQKK; ++b) dequantize(reinterpret_cast<const BlockQ6K*>(src)[b], y + b * kQKK);
       return;
+    case DType::Q8_0x16:
+    case DType::Q4_0x16: {
+      // A group at a time back to its blocks; the tail is blocks already.
+      constexpr std::int64_t kGroupCols = kGroupBlocks * kQK;
+      const DType base = base_type(t);
+      const std::int64_t groups = cols / kGroupCols, group_bytes = row_bytes(base, kGroupCols);
+      alignas(64) std::byte blocks[kGroupBlocks * sizeof(BlockQ8_0)];
+      for (std::int64_t G = 0; G < groups; ++G) {
+        deinterleave_row(base, src + G * group_bytes, blocks, kGroupCols);
+        dequantize_row(base, blocks, kGroupCols, y + G * kGroupCols);
+      }
+      dequantize_row(base, src + groups * group_bytes, cols - groups * kGroupCols, y + groups * kGroupCols);
+      return;
+    }
   }
 }
 
@@ -306,6 +322,13 @@ inline void quantize_row(DType t, const float* x, std::int64_t cols, std::byte* 
     case DType::Q6_K:
       for (std::int64_t b = 0; b < cols / kQKK; ++b) quantize(x + b * kQKK, reinterpret_cast<BlockQ6K*>(dst)[b]);
       return;
+    case DType::Q8_0x16:
+    case DType::Q4_0x16: {
+      std::vector<std::byte> blocks(static_cast<std::size_t>(row_bytes(t, cols)));
+      quantize_row(base_type(t), x, cols, blocks.data());
+      interleave_row(base_type(t), blocks.data(), dst, cols);
+      return;
+    }
   }
 }
 
