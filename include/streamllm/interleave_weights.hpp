@@ -9,7 +9,6 @@
 // the model never reads them again; they are released after the copy.
 #pragma once
 
-#include <array>
 #include <cstddef>
 #include <memory>
 #include <vector>

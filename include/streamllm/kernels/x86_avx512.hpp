@@ -84,10 +84,11 @@ struct BF16Row {
   }
 };
 
-// Decode streams the weights once, front to back. The int8 kernels read rows
-// one after the other (one sequential stream, which the hardware prefetcher
-// follows), with a software prefetch this far ahead for the first lines of
-// each row; the float kernels read four streams (below).
+// Decode streams the weights once, front to back. The int8 kernels of
+// several tokens and the K-quant kernels read rows one after the other (one
+// sequential stream, which the hardware prefetcher follows), with a software
+// prefetch this far ahead for the first lines of each row; the float kernels
+// and one token's int8 kernel read four streams (below).
 inline constexpr std::size_t kPrefetchBytes = 2048;
 inline constexpr bool kPrefetchInt8 = true;  // measured: Q4_0 22 vs 17 GB/s without
 
@@ -606,9 +607,10 @@ STREAMLLM_AVX512 inline void with_tokens8(std::size_t nt, F&& f) {
 // sequential streams (the rows of kStream equal parts of the range, side by
 // side), each prefetched kStreamPrefetchBytes ahead, as the float kernels do:
 // one core keeps more lines in flight than on one stream. TinyLlama Q8_0
-// decode on one thread (interleaved rows, same run): 9.2-9.4 tok/s on one
-// stream, 11.3-12.3 on four, 12.0-12.8 on eight. Each group's activations are
-// loaded once for all the streams. The blocks past the last group and the
+// decode on one thread (interleaved rows, alternating runs): 8.4-9.4 tok/s
+// on one stream, 11.2-12.3 on four, 11.7-12.8 on eight (four, as the float
+// kernels: within the noise of eight, and fewer rows left over). Each
+// group's activations are loaded once for all the streams. The blocks past the last group and the
 // rows past the equal parts go to the kernels above.
 template <class Row, std::size_t kStream = 4>
 STREAMLLM_AVX512 inline void gemv_int8_streams(std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
