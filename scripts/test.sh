@@ -26,7 +26,15 @@ fi
 build="${STREAMLLM_BUILD_DIR:-$root/$name}"
 
 cmake -S "$root" -B "$build" "${args[@]}" >/dev/null
-cmake --build "$build" -j"$(nproc)"
+# The README's build makes everything; the sanitizer and portable builds
+# make only what their tests run (no convert, no server binary: they are
+# the slowest to compile, and no test starts them).
+targets=()
+if [ "$sanitize" = 1 ] || [ "$native" = 0 ]; then
+  targets=(--target streamllm_tests generate perplexity write_test_model)
+  [ "$sanitize" = 1 ] && targets+=(fuzz_gguf fuzz_make_seeds)
+fi
+cmake --build "$build" -j"$(nproc)" "${targets[@]}"
 cd "$build"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}"
 # shellcheck disable=SC2086

@@ -176,6 +176,7 @@ struct QuantsScales {
 
 struct Q8_0Row {
   using Block = quant::BlockQ8_0;
+  using Pairs = Q8_0Row;  // the row type whose pair kernel takes the blocks past the last group
   static constexpr int kOffsetShift = 4;  // offset 128 = 8 lanes x 2^4
   static constexpr int kGroupShift = 7;   // one lane per block (batched kernel): 2^7
   STREAMLLM_AVX512 static __m512i unsigned_pair(const Block* b) {
@@ -216,6 +217,7 @@ constexpr Q4_0PairIndex make_q4_0_pair_index() {
 // order with three operations, and vpermw gathers the two scales.
 struct Q4_0Row {
   using Block = quant::BlockQ4_0;
+  using Pairs = Q4_0Row;
   static constexpr int kOffsetShift = 0;  // offset 8 = 8 lanes x 2^0
   static constexpr int kGroupShift = 3;   // one lane per block (batched kernel): 2^3
   static constexpr Q4_0PairIndex kIndex = make_q4_0_pair_index();
@@ -649,7 +651,7 @@ STREAMLLM_AVX512 inline void gemv_int8_streams(std::size_t r0, std::size_t r1, c
   }
   for (std::size_t r = r0 + kStream * q; r < r1; ++r) gemv_int8_row_groups<Row, 1>(w, row_bytes, xs, y, 0, r, 0, groups, false);
   if (16 * groups < xa->blocks)
-    for (std::size_t r = r0; r < r1; ++r) gemv_int8_row<Row, 1>(w, row_bytes, xs, y, 0, r, 16 * groups, xa->blocks, groups > 0);
+    for (std::size_t r = r0; r < r1; ++r) gemv_int8_row<typename Row::Pairs, 1>(w, row_bytes, xs, y, 0, r, 16 * groups, xa->blocks, groups > 0);
 }
 
 // Rows [r0, r1) against n tokens of int8 activations. Each row once for up
@@ -681,7 +683,7 @@ STREAMLLM_AVX512 inline void gemv_int8_rows(std::size_t r0, std::size_t r1, cons
     for (std::size_t r = r0; r < r1; ++r)
       for (std::size_t t0 = 0; t0 < n; t0 += 8)
         with_tokens8(std::min<std::size_t>(8, n - t0), [&]<int NT>() {
-          gemv_int8_row<Row, NT>(w, row_bytes, xa->slice(t0), y + t0 * ldy, ldy, r, grouped, nb, groups > 0);
+          gemv_int8_row<typename Row::Pairs, NT>(w, row_bytes, xa->slice(t0), y + t0 * ldy, ldy, r, grouped, nb, groups > 0);
         });
 }
 
