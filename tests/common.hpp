@@ -116,7 +116,18 @@ inline bool valid_utf8(std::string_view s) {
 
 }  // namespace test
 
+namespace test {
+// Two more shapes of the GGUF tests: rows of 512 and 544 (one group of 16
+// int8 blocks, and a group and a block past it), and stories260K with its
+// hidden size padded by zeros to 192, so that every matrix quantises.
+using WideInt8 = streamllm::LlamaConfig<512, 544, 1, 8, 4, 512, 64>;
+using Padded260K = streamllm::LlamaConfig<64, 192, 5, 8, 4, 512, 512>;
+}  // namespace test
+
+// Compiled once, in instantiate.cpp.
 extern template class streamllm::Llama<streamllm::presets::Stories260K>;
+extern template class streamllm::Llama<test::WideInt8>;
+extern template class streamllm::Llama<test::Padded260K>;
 
 namespace test {
 // stories260K and its tokenizer, loaded once for the whole test binary.

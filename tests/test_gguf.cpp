@@ -184,7 +184,7 @@ TEST_CASE("a model interleaves its Q8_0 / Q4_0 matrices at load and computes wha
   // past it), a tied classifier (interleaved; the embedding rows it shares
   // stay as in the file), random weights: one token (the four-stream
   // kernel), 9 tokens (the batched one), 40 (the int8 tiles).
-  using Wide = LlamaConfig<512, 544, 1, 8, 4, 512, 64>;
+  using Wide = test::WideInt8;
   const ModelShape s = Wide::shape();
   std::vector<float> w(static_cast<std::size_t>(io::llama2c_float_count(s, true)));
   std::mt19937 gen(5);
@@ -229,7 +229,7 @@ TEST_CASE("quantised weights stay close to the f32 model", "[gguf][convert][quan
   // weights with the hidden size padded by zeros to 192 (the same function)
   // quantise every matrix. Teacher-forced over the dense golden ids:
   // max logit error and the share of steps whose argmax is the f32 model's.
-  using Padded = LlamaConfig<64, 192, 5, 8, 4, 512, 512>;
+  using Padded = test::Padded260K;
   const auto bin = test::model_path("stories260K.bin"), tok = test::model_path("tok512.model");
   const io::MappedFile src(bin);
   const ModelShape s = Stories::shape();

@@ -244,6 +244,8 @@ void check_tiled_attention() {
 
 TEST_CASE("tiled attention equals the textbook form, across key blocks, segments, rows, sinks and windows", "[kernels][attention]") {
   check_tiled_attention<16>();  // whole vectors of head dimension (AVX-512: the vector score path)
-  check_tiled_attention<8>();   // fewer than a vector: the scalar score path
+  check_tiled_attention<8>();   // fewer than a vector: scalar scores, or keys along the lanes for 16+ queries
+  check_tiled_attention<12>();  // not a whole number of vectors on any path
+  check_tiled_attention<6>();   // not a multiple of 4: never along the lanes
   check_tiled_attention<64>();
 }

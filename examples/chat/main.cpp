@@ -11,6 +11,7 @@
 #include <string>
 
 #include "common/example_support.hpp"
+#include "common/preset_models.hpp"
 #include "streamllm/streamllm.hpp"
 
 namespace {

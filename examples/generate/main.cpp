@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "common/example_support.hpp"
+#include "common/preset_models.hpp"
 #include "streamllm/streamllm.hpp"
 
 namespace {

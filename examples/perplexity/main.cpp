@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/example_support.hpp"
+#include "common/preset_models.hpp"
 #include "streamllm/streamllm.hpp"
 
 namespace {

@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "common/example_support.hpp"
+#include "common/preset_models.hpp"
 #include "server.hpp"
 
 namespace {

@@ -82,8 +82,8 @@ struct Attention {
   // dimension, no horizontal sums. Transposing the block pays off once many
   // queries read it (a prefill block: up to 16 rows x kGroup heads).
   static constexpr int kQueriesToTranspose = 16;
+  static constexpr bool kCanTranspose = HeadDim % 4 == 0;
   static Batch scores_by_lanes(const float* q, const float (*kt)[L]) {
-    static_assert(HeadDim % 4 == 0);
     Batch s0(0.f), s1(0.f), s2(0.f), s3(0.f);  // four chains hide the fma latency
     for (std::size_t d = 0; d < static_cast<std::size_t>(HeadDim); d += 4) {
       s0 = xsimd::fma(Batch(q[d]), Batch::load_aligned(kt[d]), s0);
@@ -108,7 +108,9 @@ struct Attention {
     alignas(64) float lane_pos[L];
     alignas(64) float p[L];
     alignas(64) float kt[HeadDim][L];
-    const bool by_lanes = kVectorDot && nq >= kQueriesToTranspose;
+    // Heads narrower than a vector (HeadDim < L) have no vector dot at all:
+    // their keys go along the lanes whenever enough queries read them.
+    const bool by_lanes = kCanTranspose && nq >= kQueriesToTranspose;
     if (by_lanes) std::fill_n(&kt[0][0], HeadDim * L, 0.0f);
     for (int si = 0; si < b.n_segments; ++si) {
       const KVSegment& seg = b.segments[si];
@@ -134,7 +136,11 @@ struct Attention {
           for (int h = 0; h < kGroup; ++h) {
             const int qi = r * kGroup + h;
             const float* q = qbase + static_cast<std::size_t>(r) * b.ld + static_cast<std::size_t>((kvh * kGroup + h) * HeadDim);
-            const Batch raw = by_lanes ? scores_by_lanes(q, kt) : scores(q, kb, seg.stride, nk);
+            Batch raw;
+            if constexpr (kCanTranspose)
+              raw = by_lanes ? scores_by_lanes(q, kt) : scores(q, kb, seg.stride, nk);
+            else
+              raw = scores(q, kb, seg.stride, nk);
             const Batch s = xsimd::select(visible, raw * Batch(scale), Batch(neg_inf));
             alignas(64) float sv[L];
             s.store_aligned(sv);
@@ -171,8 +177,22 @@ struct Attention {
                 for (std::size_t d = 0; d < HeadDim / L; ++d) a[d] = xsimd::fma(Batch(p[j]), kernels::load(vb + j * seg.stride + d * L), a[d]);
               for (std::size_t d = 0; d < HeadDim / L; ++d) kernels::store(acc + d * L, a[d] + b[d]);
             } else {
-              for (std::size_t j = static_cast<std::size_t>(lo); j <= static_cast<std::size_t>(hi); ++j)
-                for (int d = 0; d < HeadDim; ++d) acc[d] += p[j] * vb[j * seg.stride + static_cast<std::size_t>(d)];
+              // Local sums, even and odd keys apart, as above: through acc
+              // itself, which the compiler cannot prove apart from the values,
+              // every add would be a store.
+              float a[HeadDim], b[HeadDim] = {};
+              std::copy_n(acc, HeadDim, a);
+              auto j = static_cast<std::size_t>(lo);
+              for (; j + 1 <= static_cast<std::size_t>(hi); j += 2) {
+                const float* v = vb + j * seg.stride;
+                for (int d = 0; d < HeadDim; ++d) {
+                  a[d] += p[j] * v[d];
+                  b[d] += p[j + 1] * v[seg.stride + static_cast<std::size_t>(d)];
+                }
+              }
+              if (j == static_cast<std::size_t>(hi))
+                for (int d = 0; d < HeadDim; ++d) a[d] += p[j] * vb[j * seg.stride + static_cast<std::size_t>(d)];
+              for (int d = 0; d < HeadDim; ++d) acc[d] = a[d] + b[d];
             }
           }
         }

@@ -78,4 +78,10 @@ using Llama2_7B = LlamaConfig<4096, 11008, 32, 32, 32, 32000, 4096>;
 using Llama2_13B = LlamaConfig<5120, 13824, 40, 40, 40, 32000, 4096>;
 }  // namespace presets
 
+// Every preset above, for code that must name each one (X is called with the
+// preset's name): the run-time dispatch in presets.hpp, and a program's
+// explicit instantiations of Llama<preset> (examples/common/preset_models.hpp).
+#define STREAMLLM_FOR_EACH_PRESET(X) \
+  X(Stories260K) X(Stories15M) X(Stories42M) X(Stories110M) X(TinyLlama1B) X(Llama2_7B) X(Llama2_13B)
+
 }  // namespace streamllm

@@ -76,8 +76,7 @@ class Llama {
 
   // Q8_0 and Q4_0 matrices are copied into the int8 kernels' layout here
   // when the AVX-512 path runs them (interleave_weights.hpp).
-  explicit Llama(ModelWeights<Config> weights)
-      : w_(interleave_int8_weights(std::move(weights))), rope_(static_cast<int>(HD), w_.hparams.rope_theta) {}
+  explicit Llama(ModelWeights<Config> weights);
 
   const ModelWeights<Config>& weights() const { return w_; }
   const HyperParams& hparams() const { return w_.hparams; }
@@ -113,25 +112,7 @@ class Llama {
   }
 
   // One batched pass over every token of every sequence.
-  Logits forward(std::span<const Sequence> seqs) {
-    const OneCallerAtATime guard(in_forward_);
-    validate(seqs);
-    plan_rows(seqs);
-    const std::size_t R = rows_.size();
-    if (R == 0) return logits_view();
-    grow_workspace(R);
-
-    for (std::size_t r = 0; r < R; ++r) {
-      const Row& row = rows_[r];
-      kernels::dequantize_row(w_.token_embedding, row.token, x_.data() + r * D);
-      rope_.table(row.pos, rope_cos_.data() + r * tl_, rope_sin_.data() + r * tl_);
-      const std::int64_t shift = seqs[row.seq].cache->position_shift(row.pos);
-      rope_.table(row.pos - shift, sink_cos_.data() + r * tl_, sink_sin_.data() + r * tl_);
-    }
-    for (int l = 0; l < Config::Layers; ++l) layer(l, seqs);
-    for (const Sequence& s : seqs) s.cache->advance(static_cast<std::int64_t>(s.tokens.size()));
-    return compute_logits();
-  }
+  Logits forward(std::span<const Sequence> seqs);
 
  private:
   struct Row {
@@ -217,90 +198,16 @@ class Llama {
     grow(sink_sin_, R * tl_);
   }
 
-  void layer(int l, std::span<const Sequence> seqs) {
-    const LayerWeights& lw = w_.layers[static_cast<std::size_t>(l)];
-    const std::size_t R = rows_.size();
-    const float eps = w_.hparams.rms_eps;
-
-    for (std::size_t r = 0; r < R; ++r) kernels::rmsnorm(xb_.data() + r * D, x_.data() + r * D, lw.attn_norm, D, eps);
-    const kernels::MatmulTarget qkv[] = {{&lw.wq, q_.data(), D}, {&lw.wk, k_.data(), KV}, {&lw.wv, v_.data(), KV}};
-    kernels::matmul_shared(qkv, xb_.data(), R, D);
-    for (std::size_t r = 0; r < R; ++r) {
-      // Sink keys are read with the query at its cache position: rotate a copy.
-      std::memcpy(q_sink_.data() + r * D, q_.data() + r * D, D * sizeof(float));
-      kernels::rope_apply(q_sink_.data() + r * D, D, sink_cos_.data() + r * tl_, sink_sin_.data() + r * tl_, tl_);
-      kernels::rope_apply(q_.data() + r * D, D, rope_cos_.data() + r * tl_, rope_sin_.data() + r * tl_, tl_);
-      kernels::rope_apply(k_.data() + r * KV, KV, rope_cos_.data() + r * tl_, rope_sin_.data() + r * tl_, tl_);
-    }
-
-    plan_attention(l, seqs);
-    Attention<Config::HeadDim, Config::Heads, Config::KVHeads>::run(att_blocks_.data(), att_blocks_.size());
-
-    // The new keys and values join the caches only now: until every row of
-    // this layer has attended, a window cache may still need what they replace.
-    for (std::size_t r = 0; r < R; ++r) {
-      const Row& row = rows_[r];
-      if (r != row.first_row) continue;
-      const auto n = static_cast<std::int64_t>(seqs[row.seq].tokens.size());
-      seqs[row.seq].cache->store(l, row.first_pos, n, k_.data() + r * KV, v_.data() + r * KV, KV);
-    }
-
-    kernels::matmul(lw.wo, att_.data(), R, D, xb_.data(), D);
-    for (std::size_t r = 0; r < R; ++r) kernels::add_inplace(x_.data() + r * D, xb_.data() + r * D, D);
-
-    for (std::size_t r = 0; r < R; ++r) kernels::rmsnorm(xb_.data() + r * D, x_.data() + r * D, lw.ffn_norm, D, eps);
-    const kernels::MatmulTarget gate_up[] = {{&lw.w_gate, hb_.data(), H}, {&lw.w_up, hb2_.data(), H}};
-    kernels::matmul_shared(gate_up, xb_.data(), R, D);
-    kernels::silu_gate(hb_.data(), hb2_.data(), R * H);
-    kernels::matmul(lw.w_down, hb_.data(), R, H, xb_.data(), D);
-    for (std::size_t r = 0; r < R; ++r) kernels::add_inplace(x_.data() + r * D, xb_.data() + r * D, D);
-  }
+  void layer(int l, std::span<const Sequence> seqs);
 
   // Blocks of up to AttentionBlock::kMaxRows consecutive rows of one
   // sequence, each with what its rows may see: the cached segments the cache
   // shows its first (earliest) row, and the new tokens of the sequence up to
   // its last row that the visibility rule keeps (sinks, and the window).
   // The attention kernel masks per row.
-  void plan_attention(int l, std::span<const Sequence> seqs) {
-    att_blocks_.clear();
-    for (std::size_t r0 = 0; r0 < rows_.size();) {
-      const Row& row = rows_[r0];
-      const Cache& cache = *seqs[row.seq].cache;
-      std::size_t r1 = r0 + 1;
-      while (r1 < rows_.size() && rows_[r1].seq == row.seq && r1 - r0 < AttentionBlock::kMaxRows) ++r1;
-      AttentionBlock b;
-      b.q = q_.data() + r0 * D;
-      b.q_sink = q_sink_.data() + r0 * D;
-      b.out = att_.data() + r0 * D;
-      b.ld = D;
-      b.first_pos = row.pos;
-      b.rows = static_cast<int>(r1 - r0);
-      b.sinks = cache.sinks();
-      b.window = cache.window();
-      b.n_segments = cache.segments(l, row.pos, b.segments);
-      const std::int64_t S = b.sinks, W = b.window, c0 = row.first_pos, t_first = row.pos, t_last = rows_[r1 - 1].pos;
-      auto add_new = [&](std::int64_t p0, std::int64_t p1, bool sink) {  // positions [p0, p1)
-        if (p1 <= p0) return;
-        const std::size_t off = row.first_row + static_cast<std::size_t>(p0 - c0);
-        b.segments[b.n_segments++] = {k_.data() + off * KV, v_.data() + off * KV, KV, p1 - p0, sink, p0};
-      };
-      add_new(c0, std::min(S, t_last + 1), true);
-      add_new(std::max({c0, S, t_first - W + 1}), t_last + 1, false);
-      att_blocks_.push_back(b);
-      r0 = r1;
-    }
-  }
+  void plan_attention(int l, std::span<const Sequence> seqs);
 
-  Logits compute_logits() {
-    const std::size_t NL = logit_rows_.size();
-    grow(logit_in_, NL * D);
-    grow(logits_, NL * V);
-    for (std::size_t i = 0; i < NL; ++i)
-      kernels::rmsnorm(logit_in_.data() + i * D, x_.data() + logit_rows_[i] * D, w_.final_norm, D,
-                       w_.hparams.rms_eps);
-    kernels::matmul(w_.classifier, logit_in_.data(), NL, D, logits_.data(), V);
-    return logits_view();
-  }
+  Logits compute_logits();
 
   Logits logits_view() const {
     Logits out;
@@ -322,5 +229,119 @@ class Llama {
   AlignedVector<float> logit_in_, logits_;
   InForwardFlag in_forward_;
 };
+
+// The passes are defined out of the class: members defined in it are inline,
+// and an explicit instantiation declaration (extern template) does not stop a
+// compiler from instantiating inline members to inline them. Out here, a
+// program that instantiates Llama<Config> in one file and declares it extern in
+// the others compiles the forward pass, and every kernel under it, once.
+template <class Config>
+Llama<Config>::Llama(ModelWeights<Config> weights)
+    : w_(interleave_int8_weights(std::move(weights))), rope_(static_cast<int>(HD), w_.hparams.rope_theta) {}
+
+template <class Config>
+typename Llama<Config>::Logits Llama<Config>::forward(std::span<const Sequence> seqs) {
+  const OneCallerAtATime guard(in_forward_);
+  validate(seqs);
+  plan_rows(seqs);
+  const std::size_t R = rows_.size();
+  if (R == 0) return logits_view();
+  grow_workspace(R);
+
+  for (std::size_t r = 0; r < R; ++r) {
+    const Row& row = rows_[r];
+    kernels::dequantize_row(w_.token_embedding, row.token, x_.data() + r * D);
+    rope_.table(row.pos, rope_cos_.data() + r * tl_, rope_sin_.data() + r * tl_);
+    const std::int64_t shift = seqs[row.seq].cache->position_shift(row.pos);
+    rope_.table(row.pos - shift, sink_cos_.data() + r * tl_, sink_sin_.data() + r * tl_);
+  }
+  for (int l = 0; l < Config::Layers; ++l) layer(l, seqs);
+  for (const Sequence& s : seqs) s.cache->advance(static_cast<std::int64_t>(s.tokens.size()));
+  return compute_logits();
+}
+
+template <class Config>
+void Llama<Config>::layer(int l, std::span<const Sequence> seqs) {
+  const LayerWeights& lw = w_.layers[static_cast<std::size_t>(l)];
+  const std::size_t R = rows_.size();
+  const float eps = w_.hparams.rms_eps;
+
+  for (std::size_t r = 0; r < R; ++r) kernels::rmsnorm(xb_.data() + r * D, x_.data() + r * D, lw.attn_norm, D, eps);
+  const kernels::MatmulTarget qkv[] = {{&lw.wq, q_.data(), D}, {&lw.wk, k_.data(), KV}, {&lw.wv, v_.data(), KV}};
+  kernels::matmul_shared(qkv, xb_.data(), R, D);
+  for (std::size_t r = 0; r < R; ++r) {
+    // Sink keys are read with the query at its cache position: rotate a copy.
+    std::memcpy(q_sink_.data() + r * D, q_.data() + r * D, D * sizeof(float));
+    kernels::rope_apply(q_sink_.data() + r * D, D, sink_cos_.data() + r * tl_, sink_sin_.data() + r * tl_, tl_);
+    kernels::rope_apply(q_.data() + r * D, D, rope_cos_.data() + r * tl_, rope_sin_.data() + r * tl_, tl_);
+    kernels::rope_apply(k_.data() + r * KV, KV, rope_cos_.data() + r * tl_, rope_sin_.data() + r * tl_, tl_);
+  }
+
+  plan_attention(l, seqs);
+  Attention<Config::HeadDim, Config::Heads, Config::KVHeads>::run(att_blocks_.data(), att_blocks_.size());
+
+  // The new keys and values join the caches only now: until every row of
+  // this layer has attended, a window cache may still need what they replace.
+  for (std::size_t r = 0; r < R; ++r) {
+    const Row& row = rows_[r];
+    if (r != row.first_row) continue;
+    const auto n = static_cast<std::int64_t>(seqs[row.seq].tokens.size());
+    seqs[row.seq].cache->store(l, row.first_pos, n, k_.data() + r * KV, v_.data() + r * KV, KV);
+  }
+
+  kernels::matmul(lw.wo, att_.data(), R, D, xb_.data(), D);
+  for (std::size_t r = 0; r < R; ++r) kernels::add_inplace(x_.data() + r * D, xb_.data() + r * D, D);
+
+  for (std::size_t r = 0; r < R; ++r) kernels::rmsnorm(xb_.data() + r * D, x_.data() + r * D, lw.ffn_norm, D, eps);
+  const kernels::MatmulTarget gate_up[] = {{&lw.w_gate, hb_.data(), H}, {&lw.w_up, hb2_.data(), H}};
+  kernels::matmul_shared(gate_up, xb_.data(), R, D);
+  kernels::silu_gate(hb_.data(), hb2_.data(), R * H);
+  kernels::matmul(lw.w_down, hb_.data(), R, H, xb_.data(), D);
+  for (std::size_t r = 0; r < R; ++r) kernels::add_inplace(x_.data() + r * D, xb_.data() + r * D, D);
+}
+
+
+template <class Config>
+void Llama<Config>::plan_attention(int l, std::span<const Sequence> seqs) {
+  att_blocks_.clear();
+  for (std::size_t r0 = 0; r0 < rows_.size();) {
+    const Row& row = rows_[r0];
+    const Cache& cache = *seqs[row.seq].cache;
+    std::size_t r1 = r0 + 1;
+    while (r1 < rows_.size() && rows_[r1].seq == row.seq && r1 - r0 < AttentionBlock::kMaxRows) ++r1;
+    AttentionBlock b;
+    b.q = q_.data() + r0 * D;
+    b.q_sink = q_sink_.data() + r0 * D;
+    b.out = att_.data() + r0 * D;
+    b.ld = D;
+    b.first_pos = row.pos;
+    b.rows = static_cast<int>(r1 - r0);
+    b.sinks = cache.sinks();
+    b.window = cache.window();
+    b.n_segments = cache.segments(l, row.pos, b.segments);
+    const std::int64_t S = b.sinks, W = b.window, c0 = row.first_pos, t_first = row.pos, t_last = rows_[r1 - 1].pos;
+    auto add_new = [&](std::int64_t p0, std::int64_t p1, bool sink) {  // positions [p0, p1)
+      if (p1 <= p0) return;
+      const std::size_t off = row.first_row + static_cast<std::size_t>(p0 - c0);
+      b.segments[b.n_segments++] = {k_.data() + off * KV, v_.data() + off * KV, KV, p1 - p0, sink, p0};
+    };
+    add_new(c0, std::min(S, t_last + 1), true);
+    add_new(std::max({c0, S, t_first - W + 1}), t_last + 1, false);
+    att_blocks_.push_back(b);
+    r0 = r1;
+  }
+}
+
+template <class Config>
+typename Llama<Config>::Logits Llama<Config>::compute_logits() {
+  const std::size_t NL = logit_rows_.size();
+  grow(logit_in_, NL * D);
+  grow(logits_, NL * V);
+  for (std::size_t i = 0; i < NL; ++i)
+    kernels::rmsnorm(logit_in_.data() + i * D, x_.data() + logit_rows_[i] * D, w_.final_norm, D,
+                     w_.hparams.rms_eps);
+  kernels::matmul(w_.classifier, logit_in_.data(), NL, D, logits_.data(), V);
+  return logits_view();
+}
 
 }  // namespace streamllm

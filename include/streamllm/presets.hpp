@@ -12,14 +12,9 @@ namespace streamllm {
 
 inline std::string supported_presets() {
   std::string s;
-  auto add = [&s](const char* name, const ModelShape& m) { s += std::string("\n  ") + name + ": " + m.to_string(); };
-  add("Stories260K", presets::Stories260K::shape());
-  add("Stories15M", presets::Stories15M::shape());
-  add("Stories42M", presets::Stories42M::shape());
-  add("Stories110M", presets::Stories110M::shape());
-  add("TinyLlama1B", presets::TinyLlama1B::shape());
-  add("Llama2_7B", presets::Llama2_7B::shape());
-  add("Llama2_13B", presets::Llama2_13B::shape());
+#define STREAMLLM_ADD_PRESET(P) s += std::string("\n  " #P ": ") + presets::P::shape().to_string();
+  STREAMLLM_FOR_EACH_PRESET(STREAMLLM_ADD_PRESET)
+#undef STREAMLLM_ADD_PRESET
   return s;
 }
 
@@ -33,13 +28,10 @@ decltype(auto) with_preset(const ModelShape& shape, F&& f, bool match_max_seq = 
     if (!match_max_seq) s.max_seq = p.max_seq;
     return s == p;
   };
-  if (is(Stories260K::shape())) return f(Stories260K{});
-  if (is(Stories15M::shape())) return f(Stories15M{});
-  if (is(Stories42M::shape())) return f(Stories42M{});
-  if (is(Stories110M::shape())) return f(Stories110M{});
-  if (is(TinyLlama1B::shape())) return f(TinyLlama1B{});
-  if (is(Llama2_7B::shape())) return f(Llama2_7B{});
-  if (is(Llama2_13B::shape())) return f(Llama2_13B{});
+#define STREAMLLM_TRY_PRESET(P) \
+  if (is(P::shape())) return f(P{});
+  STREAMLLM_FOR_EACH_PRESET(STREAMLLM_TRY_PRESET)
+#undef STREAMLLM_TRY_PRESET
   throw Error("no compiled-in preset has the shape " + shape.to_string() +
               "; supported shapes:" + supported_presets() +
               "\nOther shapes work through the library: name them as LlamaConfig<...> in your program.");

@@ -1,0 +1,13 @@
+// The model of every preset is compiled once, in preset_models.cpp, for all
+// the example programs: each of them dispatches over every preset
+// (with_preset), and without these declarations each would compile seven
+// forward passes, with every kernel under them, again. A program of your own
+// can do the same for the shapes it uses.
+#pragma once
+
+#include "streamllm/model.hpp"
+#include "streamllm/presets.hpp"
+
+#define STREAMLLM_EXAMPLES_EXTERN_MODEL(P) extern template class streamllm::Llama<streamllm::presets::P>;
+STREAMLLM_FOR_EACH_PRESET(STREAMLLM_EXAMPLES_EXTERN_MODEL)
+#undef STREAMLLM_EXAMPLES_EXTERN_MODEL
