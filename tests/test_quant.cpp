@@ -120,7 +120,7 @@ TEST_CASE("typed matrix kernels equal the exact product, on both paths and every
         std::vector<float> want(n * ldy), bound(n * ldy);
         k::scalar::matmul(m.view, x.data(), n, ldx, want.data(), ldy);
         // The error budget of each output: int8 activations (Q8_0 / Q4_0 on
-        // the VNNI paths, and their portable gemv) and bf16 tiles (gemm of
+        // the VNNI paths, and their portable gemv; the K-quants' VNNI gemv) and bf16 tiles (gemm of
         // the other types) round each term by ~2^-8 relative.
         for (std::size_t j = 0; j < n; ++j)
           for (std::int64_t r = 0; r < rows; ++r) {
@@ -141,7 +141,9 @@ TEST_CASE("typed matrix kernels equal the exact product, on both paths and every
           k::matmul(m.view, x.data(), n, ldx, got.data(), ldy, isa);
           const std::size_t limit = k::gemv_token_limit(m.view, isa);
           const bool int8_type = k::is_int8_blocks(t);
-          const bool int8_acts = int8_type && (n <= limit || isa == k::Isa::Avx512Bf16Vnni);  // int8 gemv or int8 tiles
+          const bool kquant = t == DType::Q4_K || t == DType::Q6_K;
+          const bool int8_acts = (int8_type && (n <= limit || isa == k::Isa::Avx512Bf16Vnni))  // int8 gemv or int8 tiles
+                                 || (kquant && n <= limit && isa == k::Isa::Avx512Bf16Vnni);   // the K-quants' VNNI gemv
           const bool bf16_tiles = n > limit && isa == k::Isa::Avx512Bf16Vnni && path.bf16_tiles && t != DType::F16 && !int8_type;
           const float rel = int8_acts ? 0x1p-6f : bf16_tiles ? 0x1p-7f : 1e-5f;
           for (std::size_t j = 0; j < n; ++j)
@@ -242,6 +244,36 @@ TEST_CASE("the VNNI kernels equal their portable twins, which do the same intege
         for (std::size_t i = 0; i < fast.size(); ++i) {
           INFO(dtype_name(t) << " cols " << cols << " n " << n << " output " << i);
           REQUIRE(fast[i] == Approx(twin[i]).epsilon(1e-5).margin(1e-5));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("the K-quant VNNI gemv equals its portable twin, which does the same integer arithmetic", "[quant][kernels]") {
+  if (!has_fast_path()) {
+    SUCCEED("no AVX-512 VNNI here: the portable path is the only one");
+    return;
+  }
+  for (DType t : {DType::Q4_K, DType::Q6_K}) {
+    for (std::int64_t cols : {256, 768, 2048 + 256}) {
+      const std::int64_t rows = 9;
+      const Matrix m(t, normal(static_cast<std::size_t>(rows * cols), 6, 0.05f), rows, cols);
+      for (std::size_t n = 1; n <= k::gemv_token_limit(m.view, k::Isa::Avx512Bf16Vnni); ++n) {
+        const auto x = normal(n * static_cast<std::size_t>(cols), 7);
+        std::vector<float> fast(n * static_cast<std::size_t>(rows)), twin(fast.size());
+        k::matmul(m.view, x.data(), n, static_cast<std::size_t>(cols), fast.data(), static_cast<std::size_t>(rows), k::Isa::Avx512Bf16Vnni);
+        k::QuantizedActivations xa;
+        k::quantize_activations(x.data(), static_cast<std::size_t>(cols), n, static_cast<std::size_t>(cols), xa);
+        k::portable::gemv_kquant_int8(m.view, xa, n, twin.data(), static_cast<std::size_t>(rows), 0, static_cast<std::size_t>(rows));
+        // The same integer dot products; only the order of the float sums
+        // differs, so the bound is relative to the outputs' size.
+        float scale = 0;
+        for (float v : twin) scale = std::max(scale, std::abs(v));
+        REQUIRE(scale > 0);
+        for (std::size_t i = 0; i < fast.size(); ++i) {
+          INFO(dtype_name(t) << " cols " << cols << " n " << n << " output " << i);
+          REQUIRE(std::abs(fast[i] - twin[i]) <= 1e-5f * scale);
         }
       }
     }

@@ -9,7 +9,7 @@
 //   BF16        widened to f32, FMA                   bf16 tiles, vdpbf16ps (*)
 //   Q8_0, Q4_0  int8 activations, vpdpbusd            unpacked to int8 per block, int8 tiles, vpdpbusd
 //   (and their interleaved forms, Q8_0x16 and Q4_0x16, which the model makes at load)
-//   Q4_K, Q6_K  super-blocks dequantised in L1, FMA   dequantised to bf16 per block, bf16 tiles (*)
+//   Q4_K, Q6_K  int8 activations, vpdpbusd              dequantised to bf16 per block, bf16 tiles (*)
 // (*) where vdpbf16ps is full rate (bf16_tiles(): AMD); elsewhere (Intel)
 // widened or dequantised to f32 per block, f32 tiles.
 // Without AVX-512 BF16/VNNI (or forced to Isa::Portable) every type takes the
@@ -171,10 +171,14 @@ inline void gemv(const TensorView& w, const float* x, std::size_t n, std::size_t
         });
       }
       case DType::Q4_K:
-      case DType::Q6_K:
+      case DType::Q6_K: {
+        static thread_local QuantizedActivations xa;
+        avx512::quantize_activations_avx512(x, ldx, n, k, xa);
+        const QuantizedActivations* xap = &xa;  // the workers must not read their own thread_local
         return parallel_chunks(m, chunk, work, [&](std::size_t r0, std::size_t r1) {
-          with_token_count(n, [&]<int NT>() { avx512::gemv_kquant_rows<NT>(w.type, r0, r1, w.data, stride, k, x, ldx, y, ldy); });
+          with_token_count(n, [&]<int NT>() { avx512::gemv_kquant_int8_rows<NT>(w.type, r0, r1, w.data, stride, *xap, y, ldy); });
         });
+      }
       default: break;
     }
   }

@@ -1,5 +1,5 @@
 // AVX-512 kernels for the typed weights: float rows (F16/BF16 widened to f32),
-// Q8_0/Q4_0 rows multiplied with int8 activations by VNNI (vpdpbusd), and a
+// Q8_0/Q4_0 and Q4_K/Q6_K rows multiplied with int8 activations by VNNI (vpdpbusd), and a
 // BF16 tiled matrix-matrix product (vdpbf16ps) for prefill. Compiled with a
 // target attribute whatever the build flags, and chosen at run time
 // (cpu_features.hpp), so a portable binary still uses them where they exist.
@@ -687,7 +687,7 @@ STREAMLLM_AVX512 inline void gemv_int8_rows(std::size_t r0, std::size_t r1, cons
         });
 }
 
-// ---- K-quants: super-blocks of 256 dequantised in registers -------------------
+// ---- K-quants dequantised to f32 (the prefill tiles' rows) ---------------------
 
 // 16 unsigned (or signed) bytes to 16 floats.
 STREAMLLM_AVX512 inline __m512 u8_to_ps(__m128i v) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v)); }
@@ -750,37 +750,126 @@ STREAMLLM_AVX512 inline void dequantize_row_kquant(DType t, const std::byte* src
     for (std::size_t i = 0; i < cols / 256; ++i) dequantize_q6k(reinterpret_cast<const quant::BlockQ6K*>(src)[i], y + 256 * i);
 }
 
-// Row r of a K-quant matrix against NT tokens: each super-block is
-// dequantised into L1, then multiplied with every token.
+// ---- K-quants x int8 activations (VNNI) ------------------------------------------
+//
+// A super-block's quants made unsigned bytes in element order, four vectors of
+// 64, for vpdpbusd against the token's int8 activations; each int32 lane (4
+// elements) is then scaled by its sub-block's scale times its activation
+// block's scale (d_lanes: 8 lanes per block of 32).
+// Q4_K: x = d sc q - dmin m, q in [0, 16): the mins' part is, per sub-block,
+// dmin m times the activation block's d * sum, eight per super-block.
+// Q6_K: x = d sc (q - 32), q in [0, 64), sub-blocks of 16 (four lanes): the
+// offset is taken back per lane, 32 times the sum of its 4 activations.
+
+// The 8 scales (times d, in lanes 0-7) and mins (times dmin) of a Q4_K block,
+// from their 6-bit packing (quant::q4k_scale_min, four at a time).
+STREAMLLM_AVX512 inline void q4k_scales_mins(const quant::BlockQ4K& b, __m512& scales, __m256& mins) {
+  std::uint32_t s[3];
+  std::memcpy(s, b.scales, sizeof s);
+  const std::uint32_t sc_lo = s[0] & 0x3f3f3f3f, m_lo = s[1] & 0x3f3f3f3f;
+  const std::uint32_t sc_hi = (s[2] & 0x0f0f0f0f) | (((s[0] >> 6) & 0x03030303) << 4);
+  const std::uint32_t m_hi = ((s[2] >> 4) & 0x0f0f0f0f) | (((s[1] >> 6) & 0x03030303) << 4);
+  const __m128i sc = _mm_set_epi32(0, 0, static_cast<int>(sc_hi), static_cast<int>(sc_lo));
+  const __m128i m = _mm_set_epi32(0, 0, static_cast<int>(m_hi), static_cast<int>(m_lo));
+  scales = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b.d)), _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc)));
+  mins = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.dmin)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m)));
+}
+
+// Q4_K quants: chunk c of 32 bytes holds elements 64c + [0, 32) in its low
+// nibbles and 64c + [32, 64) in its high ones.
+STREAMLLM_AVX512 inline void q4k_quants(const quant::BlockQ4K& b, __m512i q[4]) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  for (int p = 0; p < 2; ++p) {
+    const __m512i a = _mm512_loadu_si512(b.qs + 64 * p);  // chunks 2p, 2p + 1
+    const __m512i lo = _mm512_and_si512(a, m4), hi = _mm512_and_si512(_mm512_srli_epi16(a, 4), m4);
+    q[2 * p] = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(1, 0, 1, 0));
+    q[2 * p + 1] = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(3, 2, 3, 2));
+  }
+}
+
+// Q6_K quants (q + 32): half n holds elements 128n + [0, 128): ql's 64 bytes
+// give the low 4 bits (low nibbles: the first 64, high: the next), qh's 32
+// bytes the top 2 (bit pairs 0, 1, 2, 3 for its four runs of 32).
+STREAMLLM_AVX512 inline void q6k_quants(const quant::BlockQ6K& b, __m512i q[4]) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x03);
+  for (int n = 0; n < 2; ++n) {
+    const __m512i a = _mm512_loadu_si512(b.ql + 64 * n);
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * n));
+    const __m512i h2 = _mm512_inserti64x4(_mm512_castsi256_si512(h), _mm256_srli_epi16(h, 2), 1);
+    q[2 * n] = _mm512_or_si512(_mm512_and_si512(a, m4), _mm512_slli_epi16(_mm512_and_si512(h2, m2), 4));
+    q[2 * n + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(a, 4), m4),
+                                   _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h2, 4), m2), 4));
+  }
+}
+
+// Lane l of vector v of a super-block lies in Q4_K sub-block 2v + l / 8 and
+// in Q6_K sub-block 4v + l / 4: the scale each lane takes.
+STREAMLLM_AVX512 inline __m512i kquant_lane_scale_index(DType t, int v) {
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  return t == DType::Q4_K ? _mm512_add_epi32(_mm512_set1_epi32(2 * v), _mm512_srli_epi32(lane, 3))
+                          : _mm512_add_epi32(_mm512_set1_epi32(4 * v), _mm512_srli_epi32(lane, 2));
+}
+
+// Row r of a K-quant matrix against NT tokens' int8 activations.
 template <int NT>
-STREAMLLM_AVX512 inline void gemv_kquant_row(DType t, const std::byte* w, std::size_t row_bytes, std::size_t k, const float* x,
-                                             std::size_t ldx, float* y, std::size_t ldy, std::size_t r) {
-  alignas(64) float buf[256];
-  __m512 acc0[NT], acc1[NT];
-  for (int j = 0; j < NT; ++j) acc0[j] = acc1[j] = _mm512_setzero_ps();
+STREAMLLM_AVX512 inline void gemv_kquant_int8_row(DType t, const std::byte* w, std::size_t row_bytes, const QuantizedActivations& xa,
+                                                  float* y, std::size_t ldy, std::size_t r) {
+  const bool q4k = t == DType::Q4_K;
+  const std::size_t block_bytes = q4k ? sizeof(quant::BlockQ4K) : sizeof(quant::BlockQ6K);
+  const __m512i index[4] = {kquant_lane_scale_index(t, 0), kquant_lane_scale_index(t, 1), kquant_lane_scale_index(t, 2),
+                            kquant_lane_scale_index(t, 3)};
+  const __m512i offset = _mm512_set1_epi8(32);
+  __m512 acc[NT];
+  __m256 min_acc[NT];
+  for (int j = 0; j < NT; ++j) {
+    acc[j] = _mm512_setzero_ps();
+    min_acc[j] = _mm256_setzero_ps();
+  }
   const std::byte* row = w + r * row_bytes;
-  const std::size_t block_bytes = t == DType::Q4_K ? sizeof(quant::BlockQ4K) : sizeof(quant::BlockQ6K);
-  for (std::size_t sb = 0; sb < k / 256; ++sb) {
-    prefetch_ahead(row + sb * block_bytes + kPrefetchBytes, block_bytes);
-    if (t == DType::Q4_K)
-      dequantize_q4k(reinterpret_cast<const quant::BlockQ4K*>(row)[sb], buf);
-    else
-      dequantize_q6k(reinterpret_cast<const quant::BlockQ6K*>(row)[sb], buf);
+  for (std::size_t sb = 0; sb < xa.cols / 256; ++sb) {
+    const std::byte* block = row + sb * block_bytes;
+    prefetch_ahead(block + kPrefetchBytes, block_bytes);
+    __m512i q[4];
+    __m512 scales;
+    __m256 mins = _mm256_setzero_ps();
+    if (q4k) {
+      const auto& b = *reinterpret_cast<const quant::BlockQ4K*>(block);
+      q4k_scales_mins(b, scales, mins);
+      q4k_quants(b, q);
+    } else {
+      const auto& b = *reinterpret_cast<const quant::BlockQ6K*>(block);
+      scales = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b.d)),
+                             _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)))));
+      q6k_quants(b, q);
+    }
     for (int j = 0; j < NT; ++j) {
-      const float* xj = x + static_cast<std::size_t>(j) * ldx + 256 * sb;
-      for (int e = 0; e < 256; e += 32) {
-        acc0[j] = _mm512_fmadd_ps(_mm512_load_ps(buf + e), _mm512_loadu_ps(xj + e), acc0[j]);
-        acc1[j] = _mm512_fmadd_ps(_mm512_load_ps(buf + e + 16), _mm512_loadu_ps(xj + e + 16), acc1[j]);
+      const std::int8_t* xq = xa.q_row(static_cast<std::size_t>(j)) + 256 * sb;
+      const float* xd = xa.d_lanes_row(static_cast<std::size_t>(j)) + 64 * sb;  // 4 pairs of blocks
+      for (int v = 0; v < 4; ++v) {
+        const __m512i x = _mm512_loadu_si512(xq + 64 * v);
+        __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[v], x);
+        if (!q4k) dot = _mm512_sub_epi32(dot, _mm512_dpbusd_epi32(_mm512_setzero_si512(), offset, x));
+        const __m512 scale = _mm512_mul_ps(_mm512_permutexvar_ps(index[v], scales), _mm512_load_ps(xd + 16 * v));
+        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[j]);
+      }
+      if (q4k) {
+        const std::size_t b0 = 8 * sb;
+        const __m256 dsum = _mm256_mul_ps(_mm256_loadu_ps(xa.d_row(static_cast<std::size_t>(j)) + b0),
+                                          _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.sum_row(static_cast<std::size_t>(j)) + b0))));
+        min_acc[j] = _mm256_fmadd_ps(mins, dsum, min_acc[j]);
       }
     }
   }
-  for (int j = 0; j < NT; ++j) y[static_cast<std::size_t>(j) * ldy + r] = hsum(_mm512_add_ps(acc0[j], acc1[j]));
+  for (int j = 0; j < NT; ++j) {
+    const __m512 m = _mm512_castps256_ps512(min_acc[j]);
+    y[static_cast<std::size_t>(j) * ldy + r] = hsum(acc[j]) - hsum(_mm512_maskz_mov_ps(0x00FF, m));
+  }
 }
 
 template <int NT>
-STREAMLLM_AVX512 inline void gemv_kquant_rows(DType t, std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
-                                              std::size_t k, const float* x, std::size_t ldx, float* y, std::size_t ldy) {
-  for (std::size_t r = r0; r < r1; ++r) gemv_kquant_row<NT>(t, w, row_bytes, k, x, ldx, y, ldy, r);
+STREAMLLM_AVX512 inline void gemv_kquant_int8_rows(DType t, std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
+                                                   const QuantizedActivations& xa, float* y, std::size_t ldy) {
+  for (std::size_t r = r0; r < r1; ++r) gemv_kquant_int8_row<NT>(t, w, row_bytes, xa, y, ldy, r);
 }
 
 // ---- BF16 tiled matrix-matrix (prefill) ----------------------------------------
