@@ -84,6 +84,7 @@ struct Attention {
   static constexpr int kQueriesToTranspose = 16;
   static constexpr bool kCanTranspose = HeadDim % 4 == 0;
   static Batch scores_by_lanes(const float* q, const float (*kt)[L]) {
+    static_assert(kCanTranspose);
     Batch s0(0.f), s1(0.f), s2(0.f), s3(0.f);  // four chains hide the fma latency
     for (std::size_t d = 0; d < static_cast<std::size_t>(HeadDim); d += 4) {
       s0 = xsimd::fma(Batch(q[d]), Batch::load_aligned(kt[d]), s0);

@@ -111,13 +111,15 @@ inline void with_token_count(std::size_t n, F&& f) {
 
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
 // The activations of the int8 decode kernels, quantised per token and block,
-// and interleaved for the kernel of 16-block groups. The instance is the calling
-// thread's: the workers of a parallel loop must be handed the pointer.
+// and for Q8_0 / Q4_0 interleaved for the kernel of 16-block groups (the
+// K-quants read them in order). The instance is the calling thread's: the
+// workers of a parallel loop must be handed the pointer.
 inline const QuantizedActivations* int8_activations(DType type, const float* x, std::size_t ldx, std::size_t n,
                                                     std::size_t k) {
   static thread_local QuantizedActivations xa;
   avx512::quantize_activations_avx512(x, ldx, n, k, xa);
-  avx512::interleave_groups_avx512(xa, quant::base_type(type) == DType::Q8_0 ? avx512::Q8_0Row::kGroupShift : avx512::Q4_0Row::kGroupShift);
+  if (is_int8_blocks(type))
+    avx512::interleave_groups_avx512(xa, quant::base_type(type) == DType::Q8_0 ? avx512::Q8_0Row::kGroupShift : avx512::Q4_0Row::kGroupShift);
   return &xa;
 }
 
@@ -172,11 +174,9 @@ inline void gemv(const TensorView& w, const float* x, std::size_t n, std::size_t
       }
       case DType::Q4_K:
       case DType::Q6_K: {
-        static thread_local QuantizedActivations xa;
-        avx512::quantize_activations_avx512(x, ldx, n, k, xa);
-        const QuantizedActivations* xap = &xa;  // the workers must not read their own thread_local
+        const QuantizedActivations* xa = int8_activations(w.type, x, ldx, n, k);
         return parallel_chunks(m, chunk, work, [&](std::size_t r0, std::size_t r1) {
-          with_token_count(n, [&]<int NT>() { avx512::gemv_kquant_int8_rows<NT>(w.type, r0, r1, w.data, stride, *xap, y, ldy); });
+          with_token_count(n, [&]<int NT>() { avx512::gemv_kquant_int8_rows<NT>(w.type, r0, r1, w.data, stride, *xa, y, ldy); });
         });
       }
       default: break;

@@ -810,14 +810,13 @@ STREAMLLM_AVX512 inline __m512i kquant_lane_scale_index(DType t, int v) {
                           : _mm512_add_epi32(_mm512_set1_epi32(4 * v), _mm512_srli_epi32(lane, 2));
 }
 
-// Row r of a K-quant matrix against NT tokens' int8 activations.
+// Row r of a K-quant matrix against NT tokens' int8 activations; index[v]
+// is kquant_lane_scale_index(t, v).
 template <int NT>
 STREAMLLM_AVX512 inline void gemv_kquant_int8_row(DType t, const std::byte* w, std::size_t row_bytes, const QuantizedActivations& xa,
-                                                  float* y, std::size_t ldy, std::size_t r) {
+                                                  const __m512i (&index)[4], float* y, std::size_t ldy, std::size_t r) {
   const bool q4k = t == DType::Q4_K;
   const std::size_t block_bytes = q4k ? sizeof(quant::BlockQ4K) : sizeof(quant::BlockQ6K);
-  const __m512i index[4] = {kquant_lane_scale_index(t, 0), kquant_lane_scale_index(t, 1), kquant_lane_scale_index(t, 2),
-                            kquant_lane_scale_index(t, 3)};
   const __m512i offset = _mm512_set1_epi8(32);
   __m512 acc[NT];
   __m256 min_acc[NT];
@@ -869,7 +868,9 @@ STREAMLLM_AVX512 inline void gemv_kquant_int8_row(DType t, const std::byte* w, s
 template <int NT>
 STREAMLLM_AVX512 inline void gemv_kquant_int8_rows(DType t, std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
                                                    const QuantizedActivations& xa, float* y, std::size_t ldy) {
-  for (std::size_t r = r0; r < r1; ++r) gemv_kquant_int8_row<NT>(t, w, row_bytes, xa, y, ldy, r);
+  const __m512i index[4] = {kquant_lane_scale_index(t, 0), kquant_lane_scale_index(t, 1), kquant_lane_scale_index(t, 2),
+                            kquant_lane_scale_index(t, 3)};
+  for (std::size_t r = r0; r < r1; ++r) gemv_kquant_int8_row<NT>(t, w, row_bytes, xa, index, y, ldy, r);
 }
 
 // ---- BF16 tiled matrix-matrix (prefill) ----------------------------------------
