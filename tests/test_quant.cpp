@@ -120,8 +120,8 @@ TEST_CASE("typed matrix kernels equal the exact product, on both paths and every
         std::vector<float> want(n * ldy), bound(n * ldy);
         k::scalar::matmul(m.view, x.data(), n, ldx, want.data(), ldy);
         // The error budget of each output: int8 activations (Q8_0 / Q4_0 on
-        // the VNNI paths, and their portable gemv; the K-quants' VNNI gemv) and bf16 tiles (gemm of
-        // the other types) round each term by ~2^-8 relative.
+        // the VNNI paths and their portable gemv; the K-quants on the VNNI
+        // paths) and bf16 tiles (BF16's gemm) round each term by ~2^-8 relative.
         for (std::size_t j = 0; j < n; ++j)
           for (std::int64_t r = 0; r < rows; ++r) {
             std::vector<float> row(static_cast<std::size_t>(cols));
@@ -130,8 +130,8 @@ TEST_CASE("typed matrix kernels equal the exact product, on both paths and every
             for (std::int64_t c = 0; c < cols; ++c) s += std::abs(double(row[static_cast<std::size_t>(c)]) * x[j * ldx + static_cast<std::size_t>(c)]);
             bound[j * ldy + static_cast<std::size_t>(r)] = static_cast<float>(s);
           }
-        // The AVX-512 path with BF16 and the K-quants' prefill in bf16 tiles
-        // (AMD) and in f32 tiles (Intel), whichever this CPU takes.
+        // The AVX-512 path with BF16's prefill in bf16 tiles (AMD) and in f32
+        // tiles (Intel), whichever this CPU takes.
         struct Path { k::Isa isa; bool bf16_tiles; };
         for (const Path path : {Path{k::Isa::Avx512Bf16Vnni, true}, Path{k::Isa::Avx512Bf16Vnni, false}, Path{k::Isa::Portable, false}}) {
           const k::Isa isa = path.isa;
@@ -143,8 +143,8 @@ TEST_CASE("typed matrix kernels equal the exact product, on both paths and every
           const bool int8_type = k::is_int8_blocks(t);
           const bool kquant = t == DType::Q4_K || t == DType::Q6_K;
           const bool int8_acts = (int8_type && (n <= limit || isa == k::Isa::Avx512Bf16Vnni))  // int8 gemv or int8 tiles
-                                 || (kquant && n <= limit && isa == k::Isa::Avx512Bf16Vnni);   // the K-quants' VNNI gemv
-          const bool bf16_tiles = n > limit && isa == k::Isa::Avx512Bf16Vnni && path.bf16_tiles && t != DType::F16 && !int8_type;
+                                 || (kquant && isa == k::Isa::Avx512Bf16Vnni);                  // the K-quants' VNNI gemv and tiles
+          const bool bf16_tiles = n > limit && isa == k::Isa::Avx512Bf16Vnni && path.bf16_tiles && t == DType::BF16;
           const float rel = int8_acts ? 0x1p-6f : bf16_tiles ? 0x1p-7f : 1e-5f;
           for (std::size_t j = 0; j < n; ++j)
             for (std::int64_t r = 0; r < rows; ++r) {
@@ -250,16 +250,21 @@ TEST_CASE("the VNNI kernels equal their portable twins, which do the same intege
   }
 }
 
-TEST_CASE("the K-quant VNNI gemv equals its portable twin, which does the same integer arithmetic", "[quant][kernels]") {
+TEST_CASE("the K-quant VNNI gemv and int8 tiles equal their portable twin, which does the same integer arithmetic", "[quant][kernels]") {
   if (!has_fast_path()) {
     SUCCEED("no AVX-512 VNNI here: the portable path is the only one");
     return;
   }
   for (DType t : {DType::Q4_K, DType::Q6_K}) {
-    for (std::int64_t cols : {256, 768, 2048 + 256}) {
-      const std::int64_t rows = 9;
+    // k in one slice of the tiles, in two whole ones, and ending in a slice of
+    // one super-block; rows leaving partial micro-tiles and row blocks.
+    for (std::int64_t cols : {256, 768, 1024, 2048 + 256}) {
+      const std::int64_t rows = 70;
       const Matrix m(t, normal(static_cast<std::size_t>(rows * cols), 6, 0.05f), rows, cols);
-      for (std::size_t n = 1; n <= k::gemv_token_limit(m.view, k::Isa::Avx512Bf16Vnni); ++n) {
+      REQUIRE(k::gemv_token_limit(m.view, k::Isa::Avx512Bf16Vnni) < 5);
+      // The gemv up to its limit, then the tiles: partial, whole and several
+      // groups of 32 tokens.
+      for (std::size_t n : {1, 2, 3, 4, 5, 17, 32, 33, 70}) {
         const auto x = normal(n * static_cast<std::size_t>(cols), 7);
         std::vector<float> fast(n * static_cast<std::size_t>(rows)), twin(fast.size());
         k::matmul(m.view, x.data(), n, static_cast<std::size_t>(cols), fast.data(), static_cast<std::size_t>(rows), k::Isa::Avx512Bf16Vnni);

@@ -1,17 +1,22 @@
-// Int8 tiled matrix-matrix product (prefill) for Q8_0 / Q4_0 weights, with
-// AVX512-VNNI: vpdpbusd multiplies 64 byte pairs per instruction, twice the
-// work of a bf16 dot, so quantised prefill runs on the integer units instead
-// of dequantising to bf16.
+// Int8 tiled matrix-matrix product (prefill) for Q8_0, Q4_0, Q4_K and Q6_K
+// weights, with AVX512-VNNI: vpdpbusd multiplies 64 byte pairs per
+// instruction, twice the work of a bf16 dot, so quantised prefill runs on the
+// integer units instead of dequantising to bf16 or f32.
 //
 // Same layout as the f32 and bf16 tiles (gemm.hpp): tokens along the lanes,
-// weight rows along registers. Per 32-block the kernel sums integer products
-// exactly, then scales once: acc += float(isum) * dw[row] * dx[token].
+// weight rows along registers. Per block of 32 (or 16) weights the kernel sums
+// integer products exactly, then scales once: acc += float(isum) * dw[row] * dx[token].
 //   activations: quantised per token and block like the decode path (int8,
 //     scale max|x| / 127), stored as unsigned q + 128, so the weights can be
 //     the signed operand and be broadcast straight from memory;
 //   weights: a block of rows unpacked once into signed int8 (Q4_0 nibbles
-//     minus 8) with its scales and -128 x the block's sum of quants, which
-//     starts each integer sum and cancels the +128 of the activations.
+//     minus 8, Q4_K nibbles, Q6_K quants minus 32) with their scales and
+//     -128 x each block's sum of quants, which starts each integer sum and
+//     cancels the +128 of the activations.
+// The K-quants keep their own scales, so the products are exact in the
+// weights: Q6_K's sub-blocks of 16 take a scale per half block (Int8Format's
+// split), and Q4_K's affine offset (-dmin m per sub-block of 32) multiplies
+// the activation block's sum, d x sum of its quants, packed beside its scales.
 #pragma once
 
 #include "streamllm/kernels/x86_avx512.hpp"
@@ -42,18 +47,44 @@
 namespace streamllm::kernels::avx512 {
 
 // Packed activations of one group of 32 tokens, per 32-block of k: eight
-// quads of 32 tokens x 4 unsigned bytes (1024 B), then the 32 scales.
+// quads of 32 tokens x 4 unsigned bytes (1024 B), the 32 scales d, then the
+// 32 products d x (sum of the block's quants), which Q4_K's mins multiply.
 inline constexpr std::size_t kInt8Tok = 32;
-inline constexpr std::size_t kInt8BlockBytes = 8 * kInt8Tok * 4 + kInt8Tok * sizeof(float);
+inline constexpr std::size_t kInt8QuadBytes = 8 * kInt8Tok * 4;
+inline constexpr std::size_t kInt8BlockBytes = kInt8QuadBytes + 2 * kInt8Tok * sizeof(float);
 
-// Weight rows as the micro-kernel reads them, per row of a kc-column block:
-// kc signed bytes, then kc/32 float scales, then kc/32 int32 corrections.
-inline constexpr std::size_t int8_row_bytes(std::size_t kc) { return kc + (kc / 32) * 8; }
+// How a weight type's blocks of 32 enter the tiles: Split scales (and
+// corrections) per block, each for 32 / Split weights, and with Mins an
+// offset per block that multiplies the activations' block sum.
+template <std::size_t Split, bool Mins>
+struct Int8Format {
+  static constexpr std::size_t kSplit = Split;
+  static constexpr bool kMins = Mins;
+  // A weight row of a kc-column block as the micro-kernel reads it: kc signed
+  // bytes, kc/32 x Split float scales, as many int32 corrections, then (Mins)
+  // kc/32 float offsets.
+  static constexpr std::size_t row_bytes(std::size_t kc) { return kc + (kc / 32) * (8 * Split + (Mins ? 4 : 0)); }
+  static constexpr std::size_t scales_at(std::size_t kc) { return kc; }
+  static constexpr std::size_t corrections_at(std::size_t kc) { return kc + (kc / 32) * 4 * Split; }
+  static constexpr std::size_t mins_at(std::size_t kc) { return kc + (kc / 32) * 8 * Split; }
+};
+using Int8Blocks = Int8Format<1, false>;  // Q8_0, Q4_0 (and their interleaved rows)
+using Int8Q4K = Int8Format<1, true>;
+using Int8Q6K = Int8Format<2, false>;
 
-template <std::size_t MR>
+STREAMLLM_AVX512 inline float load_f32(const std::byte* p) {
+  float v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+template <class Format, std::size_t MR>
 STREAMLLM_AVX512 inline void gemm_int8_micro(const std::byte* w, std::size_t ldw, const std::uint8_t* xp, std::size_t kc,
                                              float* c, std::size_t ldc, bool accumulate) {
+  constexpr std::size_t kSplit = Format::kSplit, kQuads = 8 / kSplit;
   const std::size_t nb = kc / 32;
+  const std::byte* scales = w + Format::scales_at(kc);
+  const std::byte* corrections = w + Format::corrections_at(kc);
   __m512 acc0[MR], acc1[MR];
   for (std::size_t i = 0; i < MR; ++i) {
     acc0[i] = accumulate ? _mm512_loadu_ps(c + i * ldc) : _mm512_setzero_ps();
@@ -61,30 +92,41 @@ STREAMLLM_AVX512 inline void gemm_int8_micro(const std::byte* w, std::size_t ldw
   }
   for (std::size_t b = 0; b < nb; ++b) {
     const std::uint8_t* xb = xp + b * kInt8BlockBytes;
-    __m512i s0[MR], s1[MR];
-    for (std::size_t i = 0; i < MR; ++i) {
-      std::int32_t corr;
-      std::memcpy(&corr, w + i * ldw + kc + 4 * (nb + b), 4);
-      s0[i] = s1[i] = _mm512_set1_epi32(corr);
-    }
-    for (std::size_t j = 0; j < 8; ++j) {
-      const __m512i x0 = _mm512_load_si512(xb + j * 128), x1 = _mm512_load_si512(xb + j * 128 + 64);
+    const __m512 dx0 = _mm512_load_ps(reinterpret_cast<const float*>(xb + kInt8QuadBytes));
+    const __m512 dx1 = _mm512_load_ps(reinterpret_cast<const float*>(xb + kInt8QuadBytes + 64));
+    for (std::size_t h = 0; h < kSplit; ++h) {
+      const std::size_t s = b * kSplit + h;  // the scale's index in the row
+      __m512i s0[MR], s1[MR];
       for (std::size_t i = 0; i < MR; ++i) {
-        std::int32_t quad;
-        std::memcpy(&quad, w + i * ldw + 32 * b + 4 * j, 4);
-        const __m512i wb = _mm512_set1_epi32(quad);
-        s0[i] = _mm512_dpbusd_epi32(s0[i], x0, wb);
-        s1[i] = _mm512_dpbusd_epi32(s1[i], x1, wb);
+        std::int32_t corr;
+        std::memcpy(&corr, corrections + i * ldw + 4 * s, 4);
+        s0[i] = s1[i] = _mm512_set1_epi32(corr);
+      }
+      for (std::size_t j = h * kQuads; j < (h + 1) * kQuads; ++j) {
+        const __m512i x0 = _mm512_load_si512(xb + j * 128), x1 = _mm512_load_si512(xb + j * 128 + 64);
+        for (std::size_t i = 0; i < MR; ++i) {
+          std::int32_t quad;
+          std::memcpy(&quad, w + i * ldw + 32 * b + 4 * j, 4);
+          const __m512i wb = _mm512_set1_epi32(quad);
+          s0[i] = _mm512_dpbusd_epi32(s0[i], x0, wb);
+          s1[i] = _mm512_dpbusd_epi32(s1[i], x1, wb);
+        }
+      }
+      for (std::size_t i = 0; i < MR; ++i) {
+        const __m512 dw = _mm512_set1_ps(load_f32(scales + i * ldw + 4 * s));
+        acc0[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0[i]), _mm512_mul_ps(dw, dx0), acc0[i]);
+        acc1[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1[i]), _mm512_mul_ps(dw, dx1), acc1[i]);
       }
     }
-    const __m512 dx0 = _mm512_load_ps(reinterpret_cast<const float*>(xb + 1024));
-    const __m512 dx1 = _mm512_load_ps(reinterpret_cast<const float*>(xb + 1024 + 64));
-    for (std::size_t i = 0; i < MR; ++i) {
-      float dwf;
-      std::memcpy(&dwf, w + i * ldw + kc + 4 * b, 4);
-      const __m512 dw = _mm512_set1_ps(dwf);
-      acc0[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0[i]), _mm512_mul_ps(dw, dx0), acc0[i]);
-      acc1[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1[i]), _mm512_mul_ps(dw, dx1), acc1[i]);
+    if constexpr (Format::kMins) {
+      const std::byte* mins = w + Format::mins_at(kc);
+      const __m512 sx0 = _mm512_load_ps(reinterpret_cast<const float*>(xb + kInt8QuadBytes + 128));
+      const __m512 sx1 = _mm512_load_ps(reinterpret_cast<const float*>(xb + kInt8QuadBytes + 192));
+      for (std::size_t i = 0; i < MR; ++i) {
+        const __m512 mw = _mm512_set1_ps(load_f32(mins + i * ldw + 4 * b));
+        acc0[i] = _mm512_fmadd_ps(mw, sx0, acc0[i]);
+        acc1[i] = _mm512_fmadd_ps(mw, sx1, acc1[i]);
+      }
     }
   }
   for (std::size_t i = 0; i < MR; ++i) {
@@ -93,11 +135,11 @@ STREAMLLM_AVX512 inline void gemm_int8_micro(const std::byte* w, std::size_t ldw
   }
 }
 
-template <std::size_t... MR>
+template <class Format, std::size_t... MR>
 STREAMLLM_AVX512 inline void gemm_int8_micro_rows(std::size_t rows, const std::byte* w, std::size_t ldw, const std::uint8_t* xp,
                                                   std::size_t kc, float* c, std::size_t ldc, bool accumulate,
                                                   std::index_sequence<MR...>) {
-  ((rows == MR + 1 ? gemm_int8_micro<MR + 1>(w, ldw, xp, kc, c, ldc, accumulate) : void()), ...);
+  ((rows == MR + 1 ? gemm_int8_micro<Format, MR + 1>(w, ldw, xp, kc, c, ldc, accumulate) : void()), ...);
 }
 
 // Group g of x [n][ldx] (k a multiple of 32) -> its packed blocks; padding
@@ -110,12 +152,16 @@ STREAMLLM_AVX512 inline void pack_group_int8(const float* x, std::size_t ldx, st
   std::uint8_t* dst = xp + g * nb * kInt8BlockBytes;
   for (std::size_t t = 0; t < kInt8Tok; ++t)
     for (std::size_t b = 0; b < nb; ++b) {
-      float d = 0;
-      if (t < valid)
-        d = quantize_block_avx512(x + (g * kInt8Tok + t) * ldx + 32 * b, q + t * k + 32 * b).first;
-      else
+      float d = 0, dsum = 0;
+      if (t < valid) {
+        const auto [scale, sum] = quantize_block_avx512(x + (g * kInt8Tok + t) * ldx + 32 * b, q + t * k + 32 * b);
+        d = scale;
+        dsum = scale * static_cast<float>(sum);
+      } else {
         std::memset(q + t * k + 32 * b, 0, 32);
-      std::memcpy(dst + b * kInt8BlockBytes + 1024 + 4 * t, &d, 4);
+      }
+      std::memcpy(dst + b * kInt8BlockBytes + kInt8QuadBytes + 4 * t, &d, 4);
+      std::memcpy(dst + b * kInt8BlockBytes + kInt8QuadBytes + 128 + 4 * t, &dsum, 4);
     }
   // Quads of each token row to quad-major, +128 to make them unsigned.
   const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));
@@ -160,12 +206,64 @@ STREAMLLM_AVX512 inline void unpack_group(DType base, const std::byte* group, st
   }
 }
 
-// Rows of Q8_0 / Q4_0 weights unpacked a block at a time (the int8 tiles).
+// Sums of v's unsigned bytes in runs of 16: four per vector.
+STREAMLLM_AVX512 inline void byte_sums16(__m512i v, std::int32_t out[4]) {
+  alignas(64) std::uint64_t s[8];
+  _mm512_store_si512(s, _mm512_sad_epu8(v, _mm512_setzero_si512()));
+  for (std::size_t i = 0; i < 4; ++i) out[i] = static_cast<std::int32_t>(s[2 * i] + s[2 * i + 1]);
+}
+
+// One Q4_K super-block as Int8Q4K lays it out: the nibbles as they are
+// (signed bytes 0..15), d sc and -dmin m per sub-block of 32, and the
+// corrections. q: 256 bytes; scales, corrections, mins: 8 each.
+STREAMLLM_AVX512 inline void unpack_q4k(const quant::BlockQ4K& blk, std::int8_t* q, std::byte* scales, std::byte* corrections,
+                                        std::byte* mins) {
+  __m512 sc;
+  __m256 mn;
+  q4k_scales_mins(blk, sc, mn);
+  _mm256_storeu_ps(reinterpret_cast<float*>(scales), _mm512_castps512_ps256(sc));
+  _mm256_storeu_ps(reinterpret_cast<float*>(mins), _mm256_sub_ps(_mm256_setzero_ps(), mn));
+  __m512i v[4];
+  q4k_quants(blk, v);
+  for (std::size_t i = 0; i < 4; ++i) {
+    _mm512_storeu_si512(q + 64 * i, v[i]);
+    std::int32_t s16[4];
+    byte_sums16(v[i], s16);
+    for (std::size_t h = 0; h < 2; ++h) {
+      const std::int32_t corr = -128 * (s16[2 * h] + s16[2 * h + 1]);
+      std::memcpy(corrections + 4 * (2 * i + h), &corr, 4);
+    }
+  }
+}
+
+// One Q6_K super-block as Int8Q6K lays it out: quants minus 32 (signed
+// bytes), d sc and the corrections per sub-block of 16 (16 each).
+STREAMLLM_AVX512 inline void unpack_q6k(const quant::BlockQ6K& blk, std::int8_t* q, std::byte* scales, std::byte* corrections) {
+  const __m512 sc = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(blk.d)),
+                                  _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales)))));
+  _mm512_storeu_ps(reinterpret_cast<float*>(scales), sc);
+  __m512i v[4];
+  q6k_quants(blk, v);
+  for (std::size_t i = 0; i < 4; ++i) {
+    _mm512_storeu_si512(q + 64 * i, _mm512_sub_epi8(v[i], _mm512_set1_epi8(32)));
+    std::int32_t s16[4];
+    byte_sums16(v[i], s16);
+    for (std::size_t h = 0; h < 4; ++h) {
+      const std::int32_t corr = -128 * (s16[h] - 16 * 32);
+      std::memcpy(corrections + 4 * (4 * i + h), &corr, 4);
+    }
+  }
+}
+
+// Rows of quantised weights unpacked a block at a time into Format's layout
+// (the int8 tiles): Q8_0, Q4_0 and their interleaved rows as Int8Blocks,
+// Q4_K as Int8Q4K, Q6_K as Int8Q6K.
+template <class Format>
 struct Int8Rows {
   const TensorView* w;
   STREAMLLM_AVX512 std::pair<const std::byte*, std::size_t> block(std::size_t r0, std::size_t rows, std::size_t k0,
                                                                   std::size_t kc, AlignedVector<std::byte>& scratch) const {
-    const std::size_t ld = int8_row_bytes(kc), nb = kc / 32;
+    const std::size_t ld = Format::row_bytes(kc), nb = kc / 32;
     const DType type = quant::base_type(w->type);
     // Interleaved rows: whole groups unpacked by the decode kernel's loads and
     // the transpose back to pairs (it is its own inverse); the driver's
@@ -175,14 +273,32 @@ struct Int8Rows {
     if (interleaved && (k0 % kGroupCols != 0 || (kc % kGroupCols != 0 && k0 + kc != static_cast<std::size_t>(w->cols))))
       throw Error("Int8Rows: an interleaved row sliced at columns [" + std::to_string(k0) + ", " + std::to_string(k0 + kc) +
                   "), not on its groups");
+    const bool kquant = type == DType::Q4_K || type == DType::Q6_K;
+    if (kquant != (Format::kSplit != 1 || Format::kMins) || (type == DType::Q4_K) != Format::kMins ||
+        (kquant && (k0 % 256 != 0 || kc % 256 != 0)))
+      throw Error("Int8Rows: " + std::string(dtype_name(w->type)) + " rows at columns [" + std::to_string(k0) + ", " +
+                  std::to_string(k0 + kc) + ") do not fit this tile format");
     std::byte* out = grow(scratch, rows * ld);
     for (std::size_t i = 0; i < rows; ++i) {
       std::byte* o = out + i * ld;
       auto* q = reinterpret_cast<std::int8_t*>(o);
+      std::byte* scales = o + Format::scales_at(kc);
+      std::byte* corrections = o + Format::corrections_at(kc);
       const std::byte* src = w->row(static_cast<std::int64_t>(r0 + i)) + row_bytes(type, static_cast<std::int64_t>(k0));
+      if (type == DType::Q4_K) {
+        for (std::size_t s = 0; s < kc / 256; ++s)
+          unpack_q4k(reinterpret_cast<const quant::BlockQ4K*>(src)[s], q + 256 * s, scales + 32 * s, corrections + 32 * s,
+                     o + Format::mins_at(kc) + 32 * s);
+        continue;
+      }
+      if (type == DType::Q6_K) {
+        for (std::size_t s = 0; s < kc / 256; ++s)
+          unpack_q6k(reinterpret_cast<const quant::BlockQ6K*>(src)[s], q + 256 * s, scales + 64 * s, corrections + 64 * s);
+        continue;
+      }
       std::size_t b = 0;
       for (; interleaved && b + quant::kGroupBlocks <= nb; b += quant::kGroupBlocks)
-        unpack_group(type, src + row_bytes(type, static_cast<std::int64_t>(32 * b)), q + 32 * b, o + kc + 4 * b, o + kc + 4 * (nb + b));
+        unpack_group(type, src + row_bytes(type, static_cast<std::int64_t>(32 * b)), q + 32 * b, scales + 4 * b, corrections + 4 * b);
       for (; b < nb; ++b) {
         std::uint16_t dh;
         __m256i v;
@@ -198,25 +314,25 @@ struct Int8Rows {
           v = _mm256_sub_epi8(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1), _mm256_set1_epi8(8));
         }
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b), v);
-        const std::int32_t sum = sum_i8x32(v);
         const float d = _cvtsh_ss(dh);
-        const std::int32_t corr = -128 * sum;
-        std::memcpy(o + kc + 4 * b, &d, 4);
-        std::memcpy(o + kc + 4 * (nb + b), &corr, 4);
+        const std::int32_t corr = -128 * sum_i8x32(v);
+        std::memcpy(scales + 4 * b, &d, 4);
+        std::memcpy(corrections + 4 * b, &corr, 4);
       }
     }
     return {out, ld};
   }
 };
 
-// The int8 tile policy of the shared gemm driver (gemm.hpp).
+// The int8 tile policy of the shared gemm driver (gemm.hpp), per weight format.
+template <class Format>
 struct GemmInt8 : TransposeBack {
   using Packed = std::uint8_t;
   using Weight = std::byte;
   static constexpr std::size_t kTok = kInt8Tok;
   static constexpr std::size_t kRows = 4;  // 16 accumulators (8 integer, 8 float): measured faster than 5 or 6
-  // A token slice of 512 k: 16 blocks x 1152 B = 18 KB in L1; a weight block
-  // of 96 rows x 640 B = 60 KB in L2.
+  // A token slice of 512 k: 16 blocks x 1280 B = 20 KB in L1; a weight block
+  // of 64 rows x 640-768 B = 40-48 KB in L2.
   static constexpr std::size_t kKc = 512;
   static constexpr std::size_t kMc = 16 * kRows;
 
@@ -228,7 +344,7 @@ struct GemmInt8 : TransposeBack {
   template <std::size_t... MR>
   static void micro_rows(std::size_t rows, const std::byte* w, std::size_t ldw, const std::uint8_t* xp, std::size_t kc,
                          float* c, std::size_t ldc, bool accumulate, std::index_sequence<MR...> seq) {
-    gemm_int8_micro_rows(rows, w, ldw, xp, kc, c, ldc, accumulate, seq);
+    gemm_int8_micro_rows<Format>(rows, w, ldw, xp, kc, c, ldc, accumulate, seq);
   }
 };
 

@@ -9,9 +9,10 @@
 //   BF16        widened to f32, FMA                   bf16 tiles, vdpbf16ps (*)
 //   Q8_0, Q4_0  int8 activations, vpdpbusd            unpacked to int8 per block, int8 tiles, vpdpbusd
 //   (and their interleaved forms, Q8_0x16 and Q4_0x16, which the model makes at load)
-//   Q4_K, Q6_K  int8 activations, vpdpbusd              dequantised to bf16 per block, bf16 tiles (*)
+//   Q4_K, Q6_K  int8 activations, vpdpbusd            unpacked to int8 per block (their own sub-block
+//                                                     scales and mins), int8 tiles, vpdpbusd
 // (*) where vdpbf16ps is full rate (bf16_tiles(): AMD); elsewhere (Intel)
-// widened or dequantised to f32 per block, f32 tiles.
+// widened to f32 per block, f32 tiles.
 // Without AVX-512 BF16/VNNI (or forced to Isa::Portable) every type takes the
 // xsimd paths: f32 FMA over dequantised rows, and f32 tiles.
 #pragma once
@@ -51,10 +52,14 @@ inline constexpr std::size_t kMaxFloatGemvTokens = 16;
 inline constexpr std::size_t kMaxBf16GemvTokens = 8;
 inline constexpr std::size_t kMaxInt8GemvTokens = 16;
 
-// The types the int8 kernels (vpdpbusd) take.
+// The types the int8 kernels (vpdpbusd) take in blocks of 32 with one scale.
 constexpr bool is_int8_blocks(DType t) {
   return t == DType::Q8_0 || t == DType::Q4_0 || quant::is_interleaved(t);
 }
+
+// The types whose prefill takes the int8 tiles (VNNI): the blocks of 32, and
+// the K-quants with their sub-block scales (gemm_int8.hpp).
+constexpr bool has_int8_tiles(DType t) { return is_int8_blocks(t) || t == DType::Q4_K || t == DType::Q6_K; }
 
 inline std::size_t gemv_token_limit(const TensorView& w, Isa isa) {
   if (isa != Isa::Avx512Bf16Vnni) return kMaxGemvTokens;
@@ -219,23 +224,6 @@ struct DequantRowsF32 {
   }
 };
 
-#ifdef STREAMLLM_HAVE_AVX512_KERNELS
-// Rows of any type converted a block at a time to bf16 (the bf16 tiles).
-struct DequantRowsBf16 {
-  const TensorView* w;
-  std::pair<const std::uint16_t*, std::size_t> block(std::size_t r0, std::size_t rows, std::size_t k0,
-                                                     std::size_t kc, AlignedVector<std::uint16_t>& scratch) const {
-    static thread_local AlignedVector<float> tmp;
-    std::uint16_t* out = grow(scratch, rows * kc);
-    float* t = grow(tmp, kc);
-    for (std::size_t i = 0; i < rows; ++i)
-      avx512::dequantize_row_bf16(w->type, w->row(static_cast<std::int64_t>(r0 + i)) + row_bytes(w->type, static_cast<std::int64_t>(k0)),
-                                  kc, out + i * kc, t);
-    return {out, kc};
-  }
-};
-#endif
-
 // Many tokens, any type.
 inline void gemm_typed(const TensorView& w, const float* x, std::size_t n, std::size_t ldx, float* y, std::size_t ldy,
                        Isa isa) {
@@ -243,18 +231,20 @@ inline void gemm_typed(const TensorView& w, const float* x, std::size_t n, std::
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
   if (isa == Isa::Avx512Bf16Vnni && w.type == DType::F32)
     return gemm<avx512::GemmF32Transposed>(F32RowSource{reinterpret_cast<const float*>(w.data), k}, m, k, x, ldx, n, y, ldy);
-  const bool int8_tiles = is_int8_blocks(w.type);
+  const bool int8_tiles = has_int8_tiles(w.type);
   if (isa == Isa::Avx512Bf16Vnni && !int8_tiles && (w.type == DType::F16 || !bf16_tiles()))
     return gemm<avx512::GemmF32Transposed>(DequantRowsF32{&w, true}, m, k, x, ldx, n, y, ldy);
 #endif
   if (w.type == DType::F32) return gemm<GemmF32>(F32RowSource{reinterpret_cast<const float*>(w.data), k}, m, k, x, ldx, n, y, ldy);
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
   if (isa == Isa::Avx512Bf16Vnni && k % 2 == 0) {
-    if (int8_tiles) return gemm<avx512::GemmInt8>(avx512::Int8Rows{&w}, m, k, x, ldx, n, y, ldy);
-    if (w.type == DType::BF16)
+    using namespace avx512;
+    if (w.type == DType::Q4_K) return gemm<GemmInt8<Int8Q4K>>(Int8Rows<Int8Q4K>{&w}, m, k, x, ldx, n, y, ldy);
+    if (w.type == DType::Q6_K) return gemm<GemmInt8<Int8Q6K>>(Int8Rows<Int8Q6K>{&w}, m, k, x, ldx, n, y, ldy);
+    if (int8_tiles) return gemm<GemmInt8<Int8Blocks>>(Int8Rows<Int8Blocks>{&w}, m, k, x, ldx, n, y, ldy);
+    if (w.type == DType::BF16)  // here only where bf16_tiles()
       return gemm<avx512::GemmBf16>(CopyRows<std::uint16_t>{reinterpret_cast<const std::uint16_t*>(w.data), k}, m, k,
                                     x, ldx, n, y, ldy);
-    return gemm<avx512::GemmBf16>(DequantRowsBf16{&w}, m, k, x, ldx, n, y, ldy);
   }
 #endif
   gemm<GemmF32>(DequantRowsF32{&w, false}, m, k, x, ldx, n, y, ldy);

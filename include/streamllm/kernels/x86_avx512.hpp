@@ -687,69 +687,6 @@ STREAMLLM_AVX512 inline void gemv_int8_rows(std::size_t r0, std::size_t r1, cons
         });
 }
 
-// ---- K-quants dequantised to f32 (the prefill tiles' rows) ---------------------
-
-// 16 unsigned (or signed) bytes to 16 floats.
-STREAMLLM_AVX512 inline __m512 u8_to_ps(__m128i v) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v)); }
-STREAMLLM_AVX512 inline __m512 i8_to_ps(__m128i v) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)); }
-
-STREAMLLM_AVX512 inline void dequantize_q4k(const quant::BlockQ4K& b, float* y) {
-  const float d = _cvtsh_ss(b.d), dmin = _cvtsh_ss(b.dmin);
-  const __m256i mask = _mm256_set1_epi8(0x0F);
-  for (int c = 0; c < 4; ++c) {
-    std::uint8_t sc0, m0, sc1, m1;
-    quant::q4k_scale_min(2 * c, b.scales, sc0, m0);
-    quant::q4k_scale_min(2 * c + 1, b.scales, sc1, m1);
-    const __m512 d0 = _mm512_set1_ps(d * sc0), o0 = _mm512_set1_ps(dmin * m0);
-    const __m512 d1 = _mm512_set1_ps(d * sc1), o1 = _mm512_set1_ps(dmin * m1);
-    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * c));
-    const __m256i lo = _mm256_and_si256(q, mask), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
-    float* o = y + 64 * c;
-    _mm512_storeu_ps(o, _mm512_fmsub_ps(d0, u8_to_ps(_mm256_castsi256_si128(lo)), o0));
-    _mm512_storeu_ps(o + 16, _mm512_fmsub_ps(d0, u8_to_ps(_mm256_extracti128_si256(lo, 1)), o0));
-    _mm512_storeu_ps(o + 32, _mm512_fmsub_ps(d1, u8_to_ps(_mm256_castsi256_si128(hi)), o1));
-    _mm512_storeu_ps(o + 48, _mm512_fmsub_ps(d1, u8_to_ps(_mm256_extracti128_si256(hi, 1)), o1));
-  }
-}
-
-// ((h >> shift) & 3) << 4, bytewise: the two high bits of 32 Q6_K quants.
-// A named function, not a lambda: GCC does not give lambdas the enclosing
-// function's target attribute, so builds without -march=native would fail.
-STREAMLLM_AVX512 inline __m256i q6k_high_bits(__m256i h, __m256i m2, int shift) {
-  return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, shift), m2), 4);
-}
-
-STREAMLLM_AVX512 inline void dequantize_q6k(const quant::BlockQ6K& b, float* y) {
-  const float d = _cvtsh_ss(b.d);
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03), off = _mm256_set1_epi8(32);
-  for (int n = 0; n < 2; ++n) {
-    const std::uint8_t* ql = b.ql + 64 * n;
-    const std::uint8_t* qh = b.qh + 32 * n;
-    const std::int8_t* sc = b.scales + 8 * n;
-    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
-    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
-    const __m256i q[4] = {
-        _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(a, m4), q6k_high_bits(h, m2, 0)), off),
-        _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(c, m4), q6k_high_bits(h, m2, 2)), off),
-        _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4), q6k_high_bits(h, m2, 4)), off),
-        _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), m4), q6k_high_bits(h, m2, 6)), off)};
-    for (int i = 0; i < 4; ++i) {  // elements 128n + 32i + [0, 32): sub-blocks sc[2i], sc[2i + 1]
-      float* o = y + 128 * n + 32 * i;
-      _mm512_storeu_ps(o, _mm512_mul_ps(_mm512_set1_ps(d * sc[2 * i]), i8_to_ps(_mm256_castsi256_si128(q[i]))));
-      _mm512_storeu_ps(o + 16, _mm512_mul_ps(_mm512_set1_ps(d * sc[2 * i + 1]), i8_to_ps(_mm256_extracti128_si256(q[i], 1))));
-    }
-  }
-}
-
-// Whole row of K-quant super-blocks to f32.
-STREAMLLM_AVX512 inline void dequantize_row_kquant(DType t, const std::byte* src, std::size_t cols, float* y) {
-  if (t == DType::Q4_K)
-    for (std::size_t i = 0; i < cols / 256; ++i) dequantize_q4k(reinterpret_cast<const quant::BlockQ4K*>(src)[i], y + 256 * i);
-  else
-    for (std::size_t i = 0; i < cols / 256; ++i) dequantize_q6k(reinterpret_cast<const quant::BlockQ6K*>(src)[i], y + 256 * i);
-}
-
 // ---- K-quants x int8 activations (VNNI) ------------------------------------------
 //
 // A super-block's quants made unsigned bytes in element order, four vectors of
@@ -952,24 +889,14 @@ STREAMLLM_AVX512 inline void bf16_to_f32_row(const std::uint16_t* src, std::size
   for (; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
 }
 
-// `cols` elements (whole blocks) of a row to f32 where a vector converter
-// exists (F16, BF16, the K-quants); false for the others.
+// `cols` elements of a row to f32 where a vector converter exists (F16,
+// BF16: the f32 tiles' rows); false for the others.
 STREAMLLM_AVX512 inline bool dequantize_row_f32(DType t, const std::byte* src, std::size_t cols, float* dst) {
   switch (t) {
     case DType::F16: f16_to_f32_row(reinterpret_cast<const std::uint16_t*>(src), cols, dst); return true;
     case DType::BF16: bf16_to_f32_row(reinterpret_cast<const std::uint16_t*>(src), cols, dst); return true;
-    case DType::Q4_K:
-    case DType::Q6_K: dequantize_row_kquant(t, src, cols, dst); return true;
     default: return false;
   }
-}
-
-// One row of `cols` elements (whole blocks) of a quantised type to bf16, for
-// the bf16 tiles (the K-quants; Q8_0 and Q4_0 take the int8 tiles).
-STREAMLLM_AVX512 inline void dequantize_row_bf16(DType t, const std::byte* src, std::size_t cols,
-                                                 std::uint16_t* dst, float* tmp) {
-  if (!dequantize_row_f32(t, src, cols, tmp)) quant::dequantize_row(t, src, static_cast<std::int64_t>(cols), tmp);
-  f32_to_bf16_row(tmp, cols, dst);
 }
 
 // 16 x 16 floats transposed in registers (unpack, then 128-bit lane shuffles).
