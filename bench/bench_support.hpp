@@ -174,15 +174,15 @@ inline const MachineLimits& machine_limits() {
 }
 
 // The arithmetic unit a weight type's matrix-matrix kernel runs on: f32
-// tiles for F32 and F16, int8 tiles (vpdpbusd) for Q8_0 and Q4_0, and for
-// BF16 and the K-quants bf16 tiles (vdpbf16ps) where this CPU takes them,
+// tiles for F32 and F16, int8 tiles (vpdpbusd) for Q8_0, Q4_0 and the
+// K-quants, and for BF16 bf16 tiles (vdpbf16ps) where this CPU takes them,
 // f32 tiles where it does not (kernels::bf16_tiles()).
 enum class ComputeUnit { Fp32, Bf16, Vnni };
 
 inline ComputeUnit compute_unit(streamllm::DType t) {
   using streamllm::DType;
   if (t == DType::F32 || t == DType::F16) return ComputeUnit::Fp32;
-  if (streamllm::kernels::is_int8_blocks(t)) return ComputeUnit::Vnni;
+  if (streamllm::kernels::has_int8_tiles(t)) return ComputeUnit::Vnni;
   return streamllm::kernels::bf16_tiles() ? ComputeUnit::Bf16 : ComputeUnit::Fp32;
 }
 
