@@ -190,9 +190,9 @@ std::vector<float> attend_reference(const float* q, const float* q_sink, const s
   return out;
 }
 
-template <int HD>
+template <int HD, int Heads = 4, int KVHeads = 2>
 void check_tiled_attention() {
-  constexpr int Heads = 4, KVHeads = 2, G = Heads / KVHeads;
+  constexpr int G = Heads / KVHeads;
   using Att = streamllm::Attention<HD, Heads, KVHeads>;
   constexpr std::size_t stride = KVHeads * HD, qld = Heads * HD;
   const std::int64_t n_keys = 100;
@@ -248,4 +248,9 @@ TEST_CASE("tiled attention equals the textbook form, across key blocks, segments
   check_tiled_attention<12>();  // not a whole number of vectors on any path
   check_tiled_attention<6>();   // not a multiple of 4: never along the lanes
   check_tiled_attention<64>();
+  // Heads of a row taken together against each key block (Attention::kHeadTile):
+  // 2 above; here 4 (8 of them: two tiles), and 3, which takes them one by one.
+  static_assert(streamllm::kernels::kLanes != 16 || streamllm::Attention<64, 16, 2>::kHeadTile == 4);
+  check_tiled_attention<64, 16, 2>();
+  check_tiled_attention<16, 6, 2>();
 }
