@@ -936,11 +936,14 @@ STREAMLLM_AVX512 inline void transpose16x16(const float* src, std::size_t src_ld
 }
 
 // dst[j][i] = src[i][j], 16 x 16 blocks in registers, the edges element by element.
+// Along dst's rows first: the tiles' results (dst: y, tokens x outputs, in
+// memory) are written a row's run of lines at a time, not one line in each of
+// 16 rows per step (its share of TinyLlama Q8_0 prefill: 7.5% -> 5.6%).
 STREAMLLM_AVX512 inline void transpose_f32(const float* src, std::size_t src_ld, std::size_t rows, std::size_t cols, float* dst,
                                            std::size_t dst_ld) {
   const std::size_t R = rows / 16 * 16, C = cols / 16 * 16;
-  for (std::size_t i = 0; i < R; i += 16)
-    for (std::size_t j = 0; j < C; j += 16) transpose16x16(src + i * src_ld + j, src_ld, dst + j * dst_ld + i, dst_ld);
+  for (std::size_t j = 0; j < C; j += 16)
+    for (std::size_t i = 0; i < R; i += 16) transpose16x16(src + i * src_ld + j, src_ld, dst + j * dst_ld + i, dst_ld);
   if (R < rows) transpose(src + R * src_ld, src_ld, rows - R, cols, dst + R, dst_ld);
   if (C < cols) transpose(src + C, src_ld, R, cols - C, dst + C * dst_ld, dst_ld);
 }
