@@ -95,6 +95,24 @@ struct Attention {
     return (s0 + s1) + (s2 + s3);
   }
 
+  // One query's online softmax over one key block: from its scores s
+  // (invisible lanes -inf), the keys' weights p; the running maximum and sum
+  // updated, and what was accumulated under an older maximum rescaled.
+  static void softmax_step(const Batch& s, const typename Batch::batch_bool_type& visible, State& st, int qi, float* p) {
+    alignas(64) float sv[L];
+    s.store_aligned(sv);
+    const float bm = *std::max_element(sv, sv + L);
+    if (bm > st.m[qi]) {
+      const float corr = std::exp(st.m[qi] - bm);
+      st.l[qi] *= corr;
+      for (int d = 0; d < HeadDim; ++d) st.acc[qi][d] *= corr;
+      st.m[qi] = bm;
+    }
+    const Batch e = xsimd::select(visible, xsimd::exp(s - Batch(st.m[qi])), Batch(0.f));
+    e.store_aligned(p);
+    st.l[qi] += xsimd::hadd(e);
+  }
+
   // Heads of one row taken together against a block of keys along the lanes
   // (attend_heads): as many as divide kGroup, up to 4, while their value sums
   // fit in 16 registers. A prefill block reads each key vector and value row
@@ -126,23 +144,8 @@ struct Attention {
       }
     }
     alignas(64) float p[G][L];
-    for (int g = 0; g < G; ++g) {
-      const int qi = qi0 + g;
-      const Batch sc = xsimd::select(visible, (s[g][0] + s[g][1]) * Batch(scale), neg_inf);
-      alignas(64) float sv[L];
-      sc.store_aligned(sv);
-      const float bm = *std::max_element(sv, sv + L);
-      if (bm > st.m[qi]) {  // rescale what was accumulated under the old maximum
-        const float corr = std::exp(st.m[qi] - bm);
-        st.l[qi] *= corr;
-        for (std::size_t d = 0; d < HeadDim / L; ++d)
-          kernels::store(st.acc[qi] + d * L, kernels::load(st.acc[qi] + d * L) * Batch(corr));
-        st.m[qi] = bm;
-      }
-      const Batch e = xsimd::select(visible, xsimd::exp(sc - Batch(st.m[qi])), Batch(0.f));
-      e.store_aligned(p[g]);
-      st.l[qi] += xsimd::hadd(e);
-    }
+    for (int g = 0; g < G; ++g)
+      softmax_step(xsimd::select(visible, (s[g][0] + s[g][1]) * Batch(scale), neg_inf), visible, st, qi0 + g, p[g]);
     Batch a[G][HeadDim / L];
     for (int g = 0; g < G; ++g)
       for (std::size_t d = 0; d < HeadDim / L; ++d) a[g][d] = kernels::load(st.acc[qi0 + g] + d * L);
@@ -216,19 +219,7 @@ struct Attention {
               raw = by_lanes ? scores_by_lanes(q, kt) : scores(q, kb, seg.stride, nk);
             else
               raw = scores(q, kb, seg.stride, nk);
-            const Batch s = xsimd::select(visible, raw * Batch(scale), Batch(neg_inf));
-            alignas(64) float sv[L];
-            s.store_aligned(sv);
-            const float bm = *std::max_element(sv, sv + L);
-            if (bm > st.m[qi]) {  // rescale what was accumulated under the old maximum
-              const float corr = std::exp(st.m[qi] - bm);
-              st.l[qi] *= corr;
-              for (int d = 0; d < HeadDim; ++d) st.acc[qi][d] *= corr;
-              st.m[qi] = bm;
-            }
-            const Batch e = xsimd::select(visible, xsimd::exp(s - Batch(st.m[qi])), Batch(0.f));
-            e.store_aligned(p);
-            st.l[qi] += xsimd::hadd(e);
+            softmax_step(xsimd::select(visible, raw * Batch(scale), Batch(neg_inf)), visible, st, qi, p);
             float* acc = st.acc[qi];
             if constexpr (kVectorDot) {
               // The running sum stays in registers across the block's keys,
