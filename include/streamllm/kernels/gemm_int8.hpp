@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "streamllm/error.hpp"
@@ -274,8 +275,10 @@ struct Int8Rows {
       throw Error("Int8Rows: an interleaved row sliced at columns [" + std::to_string(k0) + ", " + std::to_string(k0 + kc) +
                   "), not on its groups");
     const bool kquant = type == DType::Q4_K || type == DType::Q6_K;
-    if (kquant != (Format::kSplit != 1 || Format::kMins) || (type == DType::Q4_K) != Format::kMins ||
-        (kquant && (k0 % 256 != 0 || kc % 256 != 0)))
+    const bool fits = type == DType::Q4_K   ? std::is_same_v<Format, Int8Q4K>
+                      : type == DType::Q6_K ? std::is_same_v<Format, Int8Q6K>
+                                            : std::is_same_v<Format, Int8Blocks>;
+    if (!fits || (kquant && (k0 % 256 != 0 || kc % 256 != 0)))
       throw Error("Int8Rows: " + std::string(dtype_name(w->type)) + " rows at columns [" + std::to_string(k0) + ", " +
                   std::to_string(k0 + kc) + ") do not fit this tile format");
     std::byte* out = grow(scratch, rows * ld);

@@ -616,7 +616,7 @@ STREAMLLM_AVX512 inline void with_tokens8(std::size_t nt, F&& f) {
 
 // One token against rows [r0, r1) in groups of 16 blocks, read as kStream
 // sequential streams (the rows of kStream equal parts of the range, side by
-// side), each prefetched kInt8PrefetchBytes ahead, as the float kernels do:
+// side), each prefetched ahead (kInt8PrefetchBytes), as the float kernels do:
 // one core keeps more lines in flight than on one stream. TinyLlama Q8_0
 // decode on one thread (interleaved rows, alternating runs): 8.4-9.4 tok/s
 // on one stream, 11.2-12.3 on four, 11.7-12.8 on eight (four, as the float
