@@ -123,6 +123,19 @@ using F32RowSource = CopyRows<float>;
 // vs 80-89, BF16 and Q8_0 level.
 inline constexpr std::size_t kTokensPerPass = 512;
 
+// Where a policy whose micro-kernel writes y itself (token-major, in
+// registers) puts the last slice of k: y at the tile's first token and row,
+// and how many of its tokens are real. Null y: every other slice.
+struct TokenMajorOut {
+  float* y;
+  std::size_t ldy, tokens;
+};
+
+template <class K>
+concept StoresTokenMajor = requires(std::size_t n, const typename K::Weight* w, const typename K::Packed* xp, float* c) {
+  K::micro_rows(n, w, n, xp, n, c, n, false, TokenMajorOut{}, std::make_index_sequence<K::kRows>{});
+};
+
 // y[n][ldy] = x[n][ldx] * W^T, W given by a row source of m rows x k columns.
 // Source::block(r0, rows, k0, kc, scratch) returns that block's values in the
 // kernel's weight type and their row stride, converting into `scratch` when needed.
@@ -153,14 +166,24 @@ inline void gemm(const Source& src, std::size_t m, std::size_t k, const float* x
           const auto [wp, ldw] = src.block(mb, rows, kb, kc, wscratch);
           for (std::size_t g = g0; g < g1; ++g) {
             const auto* xg = xp + g * group_size + K::packed_offset(kb);
-            for (std::size_t rt = 0; rt < rows; rt += K::kRows)
-              K::micro_rows(std::min(K::kRows, rows - rt), wp + rt * ldw, ldw, xg, kc, c + rt * ld + (g - g0) * K::kTok,
-                            ld, kb > 0, std::make_index_sequence<K::kRows>{});
+            for (std::size_t rt = 0; rt < rows; rt += K::kRows) {
+              float* ct = c + rt * ld + (g - g0) * K::kTok;
+              const std::size_t mr = std::min(K::kRows, rows - rt);
+              if constexpr (StoresTokenMajor<K>) {
+                const bool last = kb + kc == k;
+                const TokenMajorOut out{last ? y + g * K::kTok * ldy + mb + rt : nullptr, ldy, std::min(K::kTok, n - g * K::kTok)};
+                K::micro_rows(mr, wp + rt * ldw, ldw, xg, kc, ct, ld, kb > 0, out, std::make_index_sequence<K::kRows>{});
+              } else {
+                K::micro_rows(mr, wp + rt * ldw, ldw, xg, kc, ct, ld, kb > 0, std::make_index_sequence<K::kRows>{});
+              }
+            }
           }
         }
         // This pass's tokens, back to token-major order while still in L2.
-        const std::size_t t0 = g0 * K::kTok, t1 = std::min(n, g1 * K::kTok);
-        K::unpack(c, ld, rows, t1 - t0, y + t0 * ldy + mb, ldy);
+        if constexpr (!StoresTokenMajor<K>) {
+          const std::size_t t0 = g0 * K::kTok, t1 = std::min(n, g1 * K::kTok);
+          K::unpack(c, ld, rows, t1 - t0, y + t0 * ldy + mb, ldy);
+        }
       }
     }
   });

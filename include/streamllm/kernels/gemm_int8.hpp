@@ -79,9 +79,32 @@ STREAMLLM_AVX512 inline float load_f32(const std::byte* p) {
   return v;
 }
 
+// Four rows of 16 tokens (r[i]: row i, token j in lane j) to y token-major:
+// y[t][0..rows) for t < ntok. Pairs of rows interleave, then pairs of pairs,
+// which leaves token 4L + c's four rows in 128-bit lane L of v[c].
+STREAMLLM_AVX512 inline void store_token_major4(const __m512 (&r)[4], std::size_t rows, float* y, std::size_t ldy,
+                                                std::size_t ntok) {
+  const __m512 lo01 = _mm512_unpacklo_ps(r[0], r[1]), hi01 = _mm512_unpackhi_ps(r[0], r[1]);
+  const __m512 lo23 = _mm512_unpacklo_ps(r[2], r[3]), hi23 = _mm512_unpackhi_ps(r[2], r[3]);
+  const __m512 v[4] = {_mm512_shuffle_ps(lo01, lo23, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(lo01, lo23, _MM_SHUFFLE(3, 2, 3, 2)),
+                       _mm512_shuffle_ps(hi01, hi23, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(hi01, hi23, _MM_SHUFFLE(3, 2, 3, 2))};
+  const auto mask = static_cast<__mmask8>((1u << rows) - 1);
+  for (std::size_t col = 0; col < 4; ++col) {
+    const __m128 lanes[4] = {_mm512_castps512_ps128(v[col]), _mm512_extractf32x4_ps(v[col], 1),
+                             _mm512_extractf32x4_ps(v[col], 2), _mm512_extractf32x4_ps(v[col], 3)};
+    for (std::size_t lane = 0; lane < 4 && 4 * lane + col < ntok; ++lane)
+      _mm_mask_storeu_ps(y + (4 * lane + col) * ldy, mask, lanes[lane]);
+  }
+}
+
+// MR rows x 32 tokens. Partial sums go to c (rows x tokens); with y, the last
+// slice of k goes to y token-major instead (y[t][0..MR) for t < ntok), in
+// registers: a separate transpose of the sums, through memory, took 6-7% of
+// a Q8_0 prefill.
 template <class Format, std::size_t MR>
 STREAMLLM_AVX512 inline void gemm_int8_micro(const std::byte* w, std::size_t ldw, const std::uint8_t* xp, std::size_t kc,
-                                             float* c, std::size_t ldc, bool accumulate) {
+                                             float* c, std::size_t ldc, bool accumulate, float* y, std::size_t ldy,
+                                             std::size_t ntok) {
   constexpr std::size_t kSplit = Format::kSplit, kQuads = 8 / kSplit;
   const std::size_t nb = kc / 32;
   const std::byte* scales = w + Format::scales_at(kc);
@@ -130,6 +153,17 @@ STREAMLLM_AVX512 inline void gemm_int8_micro(const std::byte* w, std::size_t ldw
       }
     }
   }
+  if (y) {
+    static_assert(MR <= 4);
+    __m512 r0[4], r1[4];
+    for (std::size_t i = 0; i < 4; ++i) {
+      r0[i] = i < MR ? acc0[i] : _mm512_setzero_ps();
+      r1[i] = i < MR ? acc1[i] : _mm512_setzero_ps();
+    }
+    store_token_major4(r0, MR, y, ldy, ntok);
+    if (ntok > 16) store_token_major4(r1, MR, y + 16 * ldy, ldy, ntok - 16);
+    return;
+  }
   for (std::size_t i = 0; i < MR; ++i) {
     _mm512_storeu_ps(c + i * ldc, acc0[i]);
     _mm512_storeu_ps(c + i * ldc + 16, acc1[i]);
@@ -138,41 +172,38 @@ STREAMLLM_AVX512 inline void gemm_int8_micro(const std::byte* w, std::size_t ldw
 
 template <class Format, std::size_t... MR>
 STREAMLLM_AVX512 inline void gemm_int8_micro_rows(std::size_t rows, const std::byte* w, std::size_t ldw, const std::uint8_t* xp,
-                                                  std::size_t kc, float* c, std::size_t ldc, bool accumulate,
-                                                  std::index_sequence<MR...>) {
-  ((rows == MR + 1 ? gemm_int8_micro<Format, MR + 1>(w, ldw, xp, kc, c, ldc, accumulate) : void()), ...);
+                                                  std::size_t kc, float* c, std::size_t ldc, bool accumulate, float* y,
+                                                  std::size_t ldy, std::size_t ntok, std::index_sequence<MR...>) {
+  ((rows == MR + 1 ? gemm_int8_micro<Format, MR + 1>(w, ldw, xp, kc, c, ldc, accumulate, y, ldy, ntok) : void()), ...);
 }
 
 // Group g of x [n][ldx] (k a multiple of 32) -> its packed blocks; padding
-// tokens get quants 0 and scale 0.
+// tokens get quants 0 and scale 0. Each token's quantised block goes straight
+// to its place in the eight quads (one 8-lane scatter), +128 to make it
+// unsigned: no token-major copy to transpose afterwards.
 STREAMLLM_AVX512 inline void pack_group_int8(const float* x, std::size_t ldx, std::size_t n, std::size_t k, std::uint8_t* xp,
                                              std::size_t g) {
-  static thread_local AlignedVector<std::int8_t> rows;
   const std::size_t nb = k / 32, valid = std::min(kInt8Tok, n - g * kInt8Tok);
-  std::int8_t* q = grow(rows, kInt8Tok * k);
   std::uint8_t* dst = xp + g * nb * kInt8BlockBytes;
-  for (std::size_t t = 0; t < kInt8Tok; ++t)
-    for (std::size_t b = 0; b < nb; ++b) {
+  const __m256i quad_index = _mm256_setr_epi32(0, 32, 64, 96, 128, 160, 192, 224);  // in int32s: quad j at 128 B x j
+  const __m256i offset = _mm256_set1_epi8(static_cast<char>(0x80));
+  alignas(32) std::int8_t q[32];
+  for (std::size_t b = 0; b < nb; ++b) {
+    std::uint8_t* blk = dst + b * kInt8BlockBytes;
+    for (std::size_t t = 0; t < kInt8Tok; ++t) {
       float d = 0, dsum = 0;
       if (t < valid) {
-        const auto [scale, sum] = quantize_block_avx512(x + (g * kInt8Tok + t) * ldx + 32 * b, q + t * k + 32 * b);
+        const auto [scale, sum] = quantize_block_avx512(x + (g * kInt8Tok + t) * ldx + 32 * b, q);
         d = scale;
         dsum = scale * static_cast<float>(sum);
       } else {
-        std::memset(q + t * k + 32 * b, 0, 32);
+        std::memset(q, 0, 32);
       }
-      std::memcpy(dst + b * kInt8BlockBytes + kInt8QuadBytes + 4 * t, &d, 4);
-      std::memcpy(dst + b * kInt8BlockBytes + kInt8QuadBytes + 128 + 4 * t, &dsum, 4);
+      const __m256i v = _mm256_xor_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(q)), offset);
+      _mm256_i32scatter_epi32(blk + 4 * t, quad_index, v, 4);
+      std::memcpy(blk + kInt8QuadBytes + 4 * t, &d, 4);
+      std::memcpy(blk + kInt8QuadBytes + 128 + 4 * t, &dsum, 4);
     }
-  // Quads of each token row to quad-major, +128 to make them unsigned.
-  const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));
-  alignas(64) std::uint32_t tile[8][kInt8Tok];
-  for (std::size_t b = 0; b < nb; ++b) {
-    transpose(reinterpret_cast<const std::uint32_t*>(q) + 8 * b, k / 4, kInt8Tok, 8, &tile[0][0], kInt8Tok);
-    for (std::size_t j = 0; j < 8; ++j)
-      for (std::size_t h = 0; h < 2; ++h)
-        _mm512_store_si512(dst + b * kInt8BlockBytes + j * 128 + h * 64,
-                           _mm512_xor_si512(_mm512_load_si512(&tile[j][16 * h]), offset));
   }
 }
 
@@ -329,7 +360,7 @@ struct Int8Rows {
 
 // The int8 tile policy of the shared gemm driver (gemm.hpp), per weight format.
 template <class Format>
-struct GemmInt8 : TransposeBack {
+struct GemmInt8 {
   using Packed = std::uint8_t;
   using Weight = std::byte;
   static constexpr std::size_t kTok = kInt8Tok;
@@ -344,10 +375,11 @@ struct GemmInt8 : TransposeBack {
   static void pack_group(const float* x, std::size_t ldx, std::size_t n, std::size_t k, std::uint8_t* xp, std::size_t g) {
     pack_group_int8(x, ldx, n, k, xp, g);
   }
+  // The last slice of k stores y itself, token-major (the driver's TokenMajorOut).
   template <std::size_t... MR>
   static void micro_rows(std::size_t rows, const std::byte* w, std::size_t ldw, const std::uint8_t* xp, std::size_t kc,
-                         float* c, std::size_t ldc, bool accumulate, std::index_sequence<MR...> seq) {
-    gemm_int8_micro_rows<Format>(rows, w, ldw, xp, kc, c, ldc, accumulate, seq);
+                         float* c, std::size_t ldc, bool accumulate, TokenMajorOut out, std::index_sequence<MR...> seq) {
+    gemm_int8_micro_rows<Format>(rows, w, ldw, xp, kc, c, ldc, accumulate, out.y, out.ldy, out.tokens, seq);
   }
 };
 
