@@ -287,18 +287,23 @@ TEST_CASE("the K-quant VNNI gemv and int8 tiles equal their portable twin, which
 
 TEST_CASE("matmul_shared gives each matrix what matmul gives it, fused or not", "[quant][kernels]") {
   // wq/wk/wv-like targets (one large, two small, strided outputs) in one
-  // type, and a mix of types, which falls back to a matmul per target.
+  // type, a mix of int8-tile types (prefill packs the tokens once for all of
+  // them: Q4_K_M's wq Q4_K and wv Q6_K), and a mix with F32, which falls back
+  // to a matmul per target. 1-17 tokens take the matrix-vector kernels, 33 and
+  // 70 the tiles (partial token groups).
   const std::int64_t cols = 2048;
   const std::int64_t rows[] = {300, 40, 40};
   const std::vector<std::vector<DType>> cases = {{DType::Q8_0, DType::Q8_0, DType::Q8_0},
                                                  {DType::Q4_0, DType::Q4_0, DType::Q4_0},
                                                  {DType::Q8_0x16, DType::Q8_0x16, DType::Q8_0x16},
+                                                 {DType::Q4_K, DType::Q4_K, DType::Q6_K},
+                                                 {DType::Q4_0, DType::Q6_K, DType::Q8_0x16},
                                                  {DType::Q4_0, DType::Q8_0, DType::F32}};
   for (const auto& types : cases) {
     std::vector<Matrix> ms;
     for (std::size_t i = 0; i < 3; ++i)
       ms.emplace_back(types[i], normal(static_cast<std::size_t>(rows[i] * cols), static_cast<std::uint32_t>(20 + i), 0.05f), rows[i], cols);
-    for (std::size_t n : {1, 2, 8, 16, 17}) {
+    for (std::size_t n : {1, 2, 8, 16, 17, 33, 70}) {
       const auto x = normal(n * static_cast<std::size_t>(cols), 9);
       std::vector<std::vector<float>> shared(3), alone(3);
       std::vector<k::MatmulTarget> targets;

@@ -136,21 +136,28 @@ concept StoresTokenMajor = requires(std::size_t n, const typename K::Weight* w, 
   K::micro_rows(n, w, n, xp, n, c, n, false, TokenMajorOut{}, std::make_index_sequence<K::kRows>{});
 };
 
-// y[n][ldy] = x[n][ldx] * W^T, W given by a row source of m rows x k columns.
-// Source::block(r0, rows, k0, kc, scratch) returns that block's values in the
-// kernel's weight type and their row stride, converting into `scratch` when needed.
-template <class Kernel, class Source>
-inline void gemm(const Source& src, std::size_t m, std::size_t k, const float* x, std::size_t ldx, std::size_t n,
-                 float* y, std::size_t ldy) {
+// x [n][ldx] (k columns) packed in groups of K::kTok tokens for Kernel's
+// micro-kernel, in the calling thread's buffer: valid until its next call.
+template <class Kernel>
+inline const typename Kernel::Packed* pack_tokens(const float* x, std::size_t ldx, std::size_t n, std::size_t k) {
   using K = Kernel;
   const std::size_t groups = (n + K::kTok - 1) / K::kTok;
   static thread_local AlignedVector<typename K::Packed> xpack;
-  const std::size_t group_size = K::packed_size(k);
-  auto* xp = grow(xpack, groups * group_size);
+  auto* xp = grow(xpack, groups * K::packed_size(k));
   // Token groups are packed in parallel: with many tokens this is not small.
 #pragma omp parallel for schedule(static) if (n * k >= kMinParallelWork && !omp_in_parallel())
   for (std::size_t g = 0; g < groups; ++g) K::pack_group(x, ldx, n, k, xp, g);
+  return xp;
+}
 
+// y[n][ldy] = x W^T from tokens already packed (pack_tokens), so that
+// matrices that read the same activations (wq, wk, wv) pack them once.
+template <class Kernel, class Source>
+inline void gemm_packed(const Source& src, std::size_t m, std::size_t k, const typename Kernel::Packed* xp, std::size_t n,
+                        float* y, std::size_t ldy) {
+  using K = Kernel;
+  const std::size_t groups = (n + K::kTok - 1) / K::kTok;
+  const std::size_t group_size = K::packed_size(k);
   const std::size_t pass_groups = std::max<std::size_t>(1, kTokensPerPass / K::kTok);
   const std::size_t ld = pass_groups * K::kTok;  // tokens per row of a pass's sums
   parallel_ranges(m, K::kRows, m * k * n, [&](std::size_t rb, std::size_t re) {
@@ -187,6 +194,15 @@ inline void gemm(const Source& src, std::size_t m, std::size_t k, const float* x
       }
     }
   });
+}
+
+// y[n][ldy] = x[n][ldx] * W^T, W given by a row source of m rows x k columns.
+// Source::block(r0, rows, k0, kc, scratch) returns that block's values in the
+// kernel's weight type and their row stride, converting into `scratch` when needed.
+template <class Kernel, class Source>
+inline void gemm(const Source& src, std::size_t m, std::size_t k, const float* x, std::size_t ldx, std::size_t n,
+                 float* y, std::size_t ldy) {
+  gemm_packed<Kernel>(src, m, k, pack_tokens<Kernel>(x, ldx, n, k), n, y, ldy);
 }
 
 }  // namespace streamllm::kernels

@@ -224,6 +224,19 @@ struct DequantRowsF32 {
   }
 };
 
+#ifdef STREAMLLM_HAVE_AVX512_KERNELS
+// The int8 tiles of w (a type with has_int8_tiles) over tokens packed for
+// them: every weight format takes the same packed activations.
+using GemmInt8Tokens = avx512::GemmInt8<avx512::Int8Blocks>;
+inline void gemm_int8_packed(const TensorView& w, const std::uint8_t* xp, std::size_t n, float* y, std::size_t ldy) {
+  using namespace avx512;
+  const auto m = static_cast<std::size_t>(w.rows), k = static_cast<std::size_t>(w.cols);
+  if (w.type == DType::Q4_K) return gemm_packed<GemmInt8<Int8Q4K>>(Int8Rows<Int8Q4K>{&w}, m, k, xp, n, y, ldy);
+  if (w.type == DType::Q6_K) return gemm_packed<GemmInt8<Int8Q6K>>(Int8Rows<Int8Q6K>{&w}, m, k, xp, n, y, ldy);
+  gemm_packed<GemmInt8<Int8Blocks>>(Int8Rows<Int8Blocks>{&w}, m, k, xp, n, y, ldy);
+}
+#endif
+
 // Many tokens, any type.
 inline void gemm_typed(const TensorView& w, const float* x, std::size_t n, std::size_t ldx, float* y, std::size_t ldy,
                        Isa isa) {
@@ -238,10 +251,7 @@ inline void gemm_typed(const TensorView& w, const float* x, std::size_t n, std::
   if (w.type == DType::F32) return gemm<GemmF32>(F32RowSource{reinterpret_cast<const float*>(w.data), k}, m, k, x, ldx, n, y, ldy);
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
   if (isa == Isa::Avx512Bf16Vnni && k % 2 == 0) {
-    using namespace avx512;
-    if (w.type == DType::Q4_K) return gemm<GemmInt8<Int8Q4K>>(Int8Rows<Int8Q4K>{&w}, m, k, x, ldx, n, y, ldy);
-    if (w.type == DType::Q6_K) return gemm<GemmInt8<Int8Q6K>>(Int8Rows<Int8Q6K>{&w}, m, k, x, ldx, n, y, ldy);
-    if (int8_tiles) return gemm<GemmInt8<Int8Blocks>>(Int8Rows<Int8Blocks>{&w}, m, k, x, ldx, n, y, ldy);
+    if (int8_tiles) return gemm_int8_packed(w, pack_tokens<GemmInt8Tokens>(x, ldx, n, k), n, y, ldy);
     if (w.type == DType::BF16)  // here only where bf16_tiles()
       return gemm<avx512::GemmBf16>(CopyRows<std::uint16_t>{reinterpret_cast<const std::uint16_t*>(w.data), k}, m, k,
                                     x, ldx, n, y, ldy);
@@ -279,7 +289,9 @@ struct MatmulTarget {
 // On the int8 decode path, when they share one type, the activations are
 // quantised once for all of them and the rows of all the matrices are chunks
 // of one parallel loop: one fork-join instead of several, and the small
-// matrices' chunks fill the threads' tails. Otherwise one matmul per target.
+// matrices' chunks fill the threads' tails. On the int8 tiles (prefill) the
+// tokens are packed once for all of them, whatever their formats. Otherwise
+// one matmul per target.
 inline void matmul_shared(std::span<const MatmulTarget> targets, const float* x, std::size_t n, std::size_t ldx,
                           Isa isa = active_isa()) {
   if (n == 0 || targets.empty()) return;
@@ -312,6 +324,16 @@ inline void matmul_shared(std::span<const MatmulTarget> targets, const float* x,
         gemv_int8_rows(type, list[c].r0, list[c].r1, t.w->data, static_cast<std::size_t>(t.w->row_stride), xa, n, t.y, t.ldy);
       }
     });
+    return;
+  }
+  const bool shared_tiles = isa == Isa::Avx512Bf16Vnni && k % 2 == 0 &&
+                            std::all_of(targets.begin(), targets.end(), [&](const MatmulTarget& t) {
+                              return has_int8_tiles(t.w->type) && static_cast<std::size_t>(t.w->cols) == k &&
+                                     n > gemv_token_limit(*t.w, isa);
+                            });
+  if (shared_tiles) {
+    const std::uint8_t* xp = pack_tokens<GemmInt8Tokens>(x, ldx, n, k);
+    for (const MatmulTarget& t : targets) gemm_int8_packed(*t.w, xp, n, t.y, t.ldy);
     return;
   }
 #endif
