@@ -98,9 +98,14 @@ struct Attention {
   // One query's online softmax over one key block: from its scores s
   // (invisible lanes -inf), the keys' weights p; the running maximum and sum
   // updated, and what was accumulated under an older maximum rescaled.
-  static void softmax_step(const Batch& s, const typename Batch::batch_bool_type& visible, State& st, int qi, float* p) {
+  // N vectors of keys at once: one horizontal maximum and one sum for all.
+  template <std::size_t N>
+  static void softmax_step(const Batch (&s)[N], const typename Batch::batch_bool_type (&visible)[N], State& st, int qi,
+                           float* p) {
+    Batch mx = s[0];
+    for (std::size_t i = 1; i < N; ++i) mx = xsimd::max(mx, s[i]);
     alignas(64) float sv[L];
-    s.store_aligned(sv);
+    mx.store_aligned(sv);
     const float bm = *std::max_element(sv, sv + L);
     if (bm > st.m[qi]) {
       const float corr = std::exp(st.m[qi] - bm);
@@ -108,9 +113,13 @@ struct Attention {
       for (int d = 0; d < HeadDim; ++d) st.acc[qi][d] *= corr;
       st.m[qi] = bm;
     }
-    const Batch e = xsimd::select(visible, xsimd::exp(s - Batch(st.m[qi])), Batch(0.f));
-    e.store_aligned(p);
-    st.l[qi] += xsimd::hadd(e);
+    Batch sum(0.f);
+    for (std::size_t i = 0; i < N; ++i) {
+      const Batch e = xsimd::select(visible[i], xsimd::exp(s[i] - Batch(st.m[qi])), Batch(0.f));
+      e.store_aligned(p + i * L);
+      sum += e;
+    }
+    st.l[qi] += xsimd::hadd(sum);
   }
 
   // Heads of one row taken together against a block of keys along the lanes
@@ -126,26 +135,36 @@ struct Attention {
     return 1;
   }();
 
+  // Keys per block on the head-tile path: two vectors, so that each
+  // broadcast of a query element feeds two fmas (one per key vector) and the
+  // softmax's horizontal maximum and sum are paid once per 2L keys.
+  static constexpr std::size_t kTileKeys = 2 * L;
+
   // G heads of one row (queries qi0.., q[g] their vectors) against the key
-  // block kt (keys along the lanes) and its values vb, the visible lanes
-  // [lo, hi]: online softmax and weighted sums as in run_one.
+  // block kt (kTileKeys keys along the lanes) and its values vb, the visible
+  // keys [lo, hi]: online softmax and weighted sums as in run_one.
   template <int G>
-  static void attend_heads(const float* const (&q)[G], const float (*kt)[L], const float* vb, std::size_t stride,
-                           const typename Batch::batch_bool_type& visible, std::size_t lo, std::size_t hi, State& st, int qi0) {
+  static void attend_heads(const float* const (&q)[G], const float (*kt)[kTileKeys], const float* vb, std::size_t stride,
+                           const typename Batch::batch_bool_type (&visible)[2], std::size_t lo, std::size_t hi, State& st,
+                           int qi0) {
     const float scale = 1.0f / std::sqrt(static_cast<float>(HeadDim));
     const Batch neg_inf(-std::numeric_limits<float>::infinity());
-    Batch s[G][2];  // two chains per head: even and odd dimensions
+    Batch s[G][2];  // per head, the two key vectors: independent chains
     for (int g = 0; g < G; ++g) s[g][0] = s[g][1] = Batch(0.f);
-    for (std::size_t d = 0; d < static_cast<std::size_t>(HeadDim); d += 2) {
-      const Batch k0 = Batch::load_aligned(kt[d]), k1 = Batch::load_aligned(kt[d + 1]);
+    for (std::size_t d = 0; d < static_cast<std::size_t>(HeadDim); ++d) {
+      const Batch k0 = Batch::load_aligned(kt[d]), k1 = Batch::load_aligned(kt[d] + L);
       for (int g = 0; g < G; ++g) {
-        s[g][0] = xsimd::fma(Batch(q[g][d]), k0, s[g][0]);
-        s[g][1] = xsimd::fma(Batch(q[g][d + 1]), k1, s[g][1]);
+        const Batch qd(q[g][d]);
+        s[g][0] = xsimd::fma(qd, k0, s[g][0]);
+        s[g][1] = xsimd::fma(qd, k1, s[g][1]);
       }
     }
-    alignas(64) float p[G][L];
-    for (int g = 0; g < G; ++g)
-      softmax_step(xsimd::select(visible, (s[g][0] + s[g][1]) * Batch(scale), neg_inf), visible, st, qi0 + g, p[g]);
+    alignas(64) float p[G][kTileKeys];
+    for (int g = 0; g < G; ++g) {
+      const Batch scores[2] = {xsimd::select(visible[0], s[g][0] * Batch(scale), neg_inf),
+                               xsimd::select(visible[1], s[g][1] * Batch(scale), neg_inf)};
+      softmax_step(scores, visible, st, qi0 + g, p[g]);
+    }
     Batch a[G][HeadDim / L];
     for (int g = 0; g < G; ++g)
       for (std::size_t d = 0; d < HeadDim / L; ++d) a[g][d] = kernels::load(st.acc[qi0 + g] + d * L);
@@ -174,24 +193,33 @@ struct Attention {
     alignas(64) float lane_pos[L];
     alignas(64) float p[L];
     alignas(64) float kt[HeadDim][L];
+    alignas(64) float kt2[kHeadTile > 1 ? HeadDim : 1][kTileKeys];  // the head tiles' blocks of 2L keys
     // Heads narrower than a vector (HeadDim < L) have no vector dot at all:
     // their keys go along the lanes whenever enough queries read them.
     const bool by_lanes = kCanTranspose && nq >= kQueriesToTranspose;
-    if (by_lanes) std::fill_n(&kt[0][0], HeadDim * L, 0.0f);
+    const bool head_tiles = kHeadTile > 1 && by_lanes;
+    const std::size_t block_keys = head_tiles ? kTileKeys : L;
+    if (head_tiles)
+      std::fill_n(&kt2[0][0], sizeof(kt2) / sizeof(float), 0.0f);
+    else if (by_lanes)
+      std::fill_n(&kt[0][0], HeadDim * L, 0.0f);
+    for (std::size_t j = 0; j < L; ++j) lane_pos[j] = static_cast<float>(j);
+    const Batch jpos = Batch::load_aligned(lane_pos);
     for (int si = 0; si < b.n_segments; ++si) {
       const KVSegment& seg = b.segments[si];
       const float* qbase = seg.sink ? b.q_sink : b.q;
       const float* kseg = seg.k + kvh * HeadDim;
       const float* vseg = seg.v + kvh * HeadDim;
-      for (std::int64_t j0 = 0; j0 < seg.count; j0 += static_cast<std::int64_t>(L)) {
-        const auto nk = static_cast<std::size_t>(std::min<std::int64_t>(static_cast<std::int64_t>(L), seg.count - j0));
+      for (std::int64_t j0 = 0; j0 < seg.count; j0 += static_cast<std::int64_t>(block_keys)) {
+        const auto nk = static_cast<std::size_t>(std::min<std::int64_t>(static_cast<std::int64_t>(block_keys), seg.count - j0));
         const std::int64_t p0 = seg.first_pos + j0;
         if (p0 > last_pos) break;  // causal: no row sees these (positions only grow along a segment)
         const float* kb = kseg + static_cast<std::size_t>(j0) * seg.stride;
         const float* vb = vseg + static_cast<std::size_t>(j0) * seg.stride;
-        if (by_lanes) kernels::transpose(kb, seg.stride, nk, static_cast<std::size_t>(HeadDim), &kt[0][0], L);
-        for (std::size_t j = 0; j < L; ++j) lane_pos[j] = static_cast<float>(j);
-        const Batch jpos = Batch::load_aligned(lane_pos);
+        if (head_tiles)
+          kernels::transpose(kb, seg.stride, nk, static_cast<std::size_t>(HeadDim), &kt2[0][0], kTileKeys);
+        else if (by_lanes)
+          kernels::transpose(kb, seg.stride, nk, static_cast<std::size_t>(HeadDim), &kt[0][0], L);
         for (int r = 0; r < b.rows; ++r) {
           const std::int64_t t = b.first_pos + r;
           // Visible lanes j: p0 + j <= t, and (a sink, or inside the window).
@@ -201,11 +229,14 @@ struct Attention {
           const auto visible = (jpos >= Batch(static_cast<float>(lo))) & (jpos <= Batch(static_cast<float>(hi)));
           const float* qrow = qbase + static_cast<std::size_t>(r) * b.ld + static_cast<std::size_t>(kvh * kGroup * HeadDim);
           if constexpr (kHeadTile > 1) {
-            if (by_lanes) {
+            if (head_tiles) {
+              const Batch second = jpos + Batch(static_cast<float>(L));
+              const typename Batch::batch_bool_type vis[2] = {
+                  visible, (second >= Batch(static_cast<float>(lo))) & (second <= Batch(static_cast<float>(hi)))};
               for (int h = 0; h < kGroup; h += kHeadTile) {
                 const float* q[kHeadTile];
                 for (int g = 0; g < kHeadTile; ++g) q[g] = qrow + static_cast<std::size_t>((h + g) * HeadDim);
-                attend_heads<kHeadTile>(q, kt, vb, seg.stride, visible, static_cast<std::size_t>(lo), static_cast<std::size_t>(hi), st,
+                attend_heads<kHeadTile>(q, kt2, vb, seg.stride, vis, static_cast<std::size_t>(lo), static_cast<std::size_t>(hi), st,
                                         r * kGroup + h);
               }
               continue;
@@ -219,7 +250,9 @@ struct Attention {
               raw = by_lanes ? scores_by_lanes(q, kt) : scores(q, kb, seg.stride, nk);
             else
               raw = scores(q, kb, seg.stride, nk);
-            softmax_step(xsimd::select(visible, raw * Batch(scale), Batch(neg_inf)), visible, st, qi, p);
+            const Batch scores[1] = {xsimd::select(visible, raw * Batch(scale), Batch(neg_inf))};
+            const typename Batch::batch_bool_type vis[1] = {visible};
+            softmax_step(scores, vis, st, qi, p);
             float* acc = st.acc[qi];
             if constexpr (kVectorDot) {
               // The running sum stays in registers across the block's keys,
