@@ -317,7 +317,10 @@ TEST_CASE("matmul_shared gives each matrix what matmul gives it, fused or not", 
       k::matmul_shared(targets, x.data(), n, static_cast<std::size_t>(cols));
       for (std::size_t i = 0; i < 3; ++i) {
         INFO(dtype_name(types[i]) << " target " << i << " n " << n);
-        REQUIRE(shared[i] == alone[i]);  // the same kernels on the same activations: bit for bit, padding untouched
+        REQUIRE(shared[i] == alone[i]);  // the same kernels on the same activations: bit for bit
+        const auto ldy = static_cast<std::size_t>(rows[i]) + 3;
+        for (std::size_t t = 0; t < n; ++t)  // and nothing written past each token's rows
+          for (std::size_t c = static_cast<std::size_t>(rows[i]); c < ldy; ++c) REQUIRE(shared[i][t * ldy + c] == -1.0f);
       }
     }
   }
