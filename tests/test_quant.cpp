@@ -39,6 +39,11 @@ const DType kTypes[] = {DType::F16,  DType::BF16, DType::Q8_0,    DType::Q4_0,
                         DType::Q4_K, DType::Q6_K, DType::Q8_0x16, DType::Q4_0x16};
 
 bool has_fast_path() { return k::detect_cpu_features().avx512_bf16 && k::detect_cpu_features().avx512_vnni; }
+bool has_avx2_path() { return k::detect_cpu_features().avx2_fma && k::detect_cpu_features().f16c; }
+// Whether this CPU can run the kernels of isa (the portable ones run anywhere).
+bool can_run(k::Isa isa) {
+  return isa == k::Isa::Avx512Bf16Vnni ? has_fast_path() : isa == k::Isa::Avx2 ? has_avx2_path() : true;
+}
 
 // The CPU's own conversions, for builds without -march=native too (called
 // only when the CPU has F16C).
@@ -133,9 +138,10 @@ TEST_CASE("typed matrix kernels equal the exact product, on both paths and every
         // The AVX-512 path with BF16's prefill in bf16 tiles (AMD) and in f32
         // tiles (Intel), whichever this CPU takes.
         struct Path { k::Isa isa; bool bf16_tiles; };
-        for (const Path path : {Path{k::Isa::Avx512Bf16Vnni, true}, Path{k::Isa::Avx512Bf16Vnni, false}, Path{k::Isa::Portable, false}}) {
+        for (const Path path : {Path{k::Isa::Avx512Bf16Vnni, true}, Path{k::Isa::Avx512Bf16Vnni, false}, Path{k::Isa::Avx2, false},
+                                Path{k::Isa::Portable, false}}) {
           const k::Isa isa = path.isa;
-          if (isa == k::Isa::Avx512Bf16Vnni && !has_fast_path()) continue;
+          if (!can_run(isa)) continue;
           const ForceBf16Tiles forced(path.bf16_tiles);
           std::vector<float> got(n * ldy, 0.0f);
           k::matmul(m.view, x.data(), n, ldx, got.data(), ldy, isa);
@@ -143,7 +149,8 @@ TEST_CASE("typed matrix kernels equal the exact product, on both paths and every
           const bool int8_type = k::is_int8_blocks(t);
           const bool kquant = t == DType::Q4_K || t == DType::Q6_K;
           const bool int8_acts = (int8_type && (n <= limit || isa == k::Isa::Avx512Bf16Vnni))  // int8 gemv or int8 tiles
-                                 || (kquant && isa == k::Isa::Avx512Bf16Vnni);                  // the K-quants' VNNI gemv and tiles
+                                 || (kquant && isa == k::Isa::Avx512Bf16Vnni)                   // the K-quants' VNNI gemv and tiles
+                                 || (kquant && isa == k::Isa::Avx2 && n <= limit);               // and their AVX2 gemv
           const bool bf16_tiles = n > limit && isa == k::Isa::Avx512Bf16Vnni && path.bf16_tiles && t == DType::BF16;
           const float rel = int8_acts ? 0x1p-6f : bf16_tiles ? 0x1p-7f : 1e-5f;
           for (std::size_t j = 0; j < n; ++j)
@@ -250,9 +257,10 @@ TEST_CASE("the VNNI kernels equal their portable twins, which do the same intege
   }
 }
 
-TEST_CASE("the K-quant VNNI gemv and int8 tiles equal their portable twin, which does the same integer arithmetic", "[quant][kernels]") {
-  if (!has_fast_path()) {
-    SUCCEED("no AVX-512 VNNI here: the portable path is the only one");
+TEST_CASE("the K-quant int8 kernels (VNNI gemv and tiles, AVX2 gemv) equal their portable twin, which does the same integer arithmetic",
+          "[quant][kernels]") {
+  if (!has_fast_path() && !has_avx2_path()) {
+    SUCCEED("neither AVX-512 VNNI nor AVX2 here: the portable path is the only one");
     return;
   }
   for (DType t : {DType::Q4_K, DType::Q6_K}) {
@@ -262,23 +270,27 @@ TEST_CASE("the K-quant VNNI gemv and int8 tiles equal their portable twin, which
       const std::int64_t rows = 70;
       const Matrix m(t, normal(static_cast<std::size_t>(rows * cols), 6, 0.05f), rows, cols);
       REQUIRE(k::gemv_token_limit(m.view, k::Isa::Avx512Bf16Vnni) < 5);
-      // The gemv up to its limit, then the tiles: partial, whole and several
-      // groups of 32 tokens.
-      for (std::size_t n : {1, 2, 3, 4, 5, 17, 32, 33, 70}) {
-        const auto x = normal(n * static_cast<std::size_t>(cols), 7);
-        std::vector<float> fast(n * static_cast<std::size_t>(rows)), twin(fast.size());
-        k::matmul(m.view, x.data(), n, static_cast<std::size_t>(cols), fast.data(), static_cast<std::size_t>(rows), k::Isa::Avx512Bf16Vnni);
-        k::QuantizedActivations xa;
-        k::quantize_activations(x.data(), static_cast<std::size_t>(cols), n, static_cast<std::size_t>(cols), xa);
-        k::portable::gemv_kquant_int8(m.view, xa, n, twin.data(), static_cast<std::size_t>(rows), 0, static_cast<std::size_t>(rows));
-        // The same integer dot products; only the order of the float sums
-        // differs, so the bound is relative to the outputs' size.
-        float scale = 0;
-        for (float v : twin) scale = std::max(scale, std::abs(v));
-        REQUIRE(scale > 0);
-        for (std::size_t i = 0; i < fast.size(); ++i) {
-          INFO(dtype_name(t) << " cols " << cols << " n " << n << " output " << i);
-          REQUIRE(std::abs(fast[i] - twin[i]) <= 1e-5f * scale);
+      // The gemv up to its limit, then the tiles (AVX-512): partial, whole and
+      // several groups of 32 tokens. AVX2 has the gemv only.
+      for (const k::Isa isa : {k::Isa::Avx512Bf16Vnni, k::Isa::Avx2}) {
+        if (!can_run(isa)) continue;
+        for (std::size_t n : {1, 2, 3, 4, 5, 17, 32, 33, 70}) {
+          if (isa == k::Isa::Avx2 && n > k::gemv_token_limit(m.view, isa)) break;
+          const auto x = normal(n * static_cast<std::size_t>(cols), 7);
+          std::vector<float> fast(n * static_cast<std::size_t>(rows)), twin(fast.size());
+          k::matmul(m.view, x.data(), n, static_cast<std::size_t>(cols), fast.data(), static_cast<std::size_t>(rows), isa);
+          k::QuantizedActivations xa;
+          k::quantize_activations(x.data(), static_cast<std::size_t>(cols), n, static_cast<std::size_t>(cols), xa);
+          k::portable::gemv_kquant_int8(m.view, xa, n, twin.data(), static_cast<std::size_t>(rows), 0, static_cast<std::size_t>(rows));
+          // The same integer dot products; only the order of the float sums
+          // differs, so the bound is relative to the outputs' size.
+          float scale = 0;
+          for (float v : twin) scale = std::max(scale, std::abs(v));
+          REQUIRE(scale > 0);
+          for (std::size_t i = 0; i < fast.size(); ++i) {
+            INFO(dtype_name(t) << " cols " << cols << " n " << n << " isa " << k::to_string(isa) << " output " << i);
+            REQUIRE(std::abs(fast[i] - twin[i]) <= 1e-5f * scale);
+          }
         }
       }
     }
@@ -367,8 +379,8 @@ TEST_CASE("NaN and Inf activations come out as NaN or Inf from every kernel path
       if (n > 1) x[(n - 1) * static_cast<std::size_t>(cols) + 300] = inf;
       if (n > 2)
         for (std::size_t c = 0; c < 32; ++c) x[static_cast<std::size_t>(cols) + 64 + c] = 1e-39f;
-      for (k::Isa isa : {k::Isa::Avx512Bf16Vnni, k::Isa::Portable}) {
-        if (isa == k::Isa::Avx512Bf16Vnni && !has_fast_path()) continue;
+      for (k::Isa isa : {k::Isa::Avx512Bf16Vnni, k::Isa::Avx2, k::Isa::Portable}) {
+        if (!can_run(isa)) continue;
         std::vector<float> got(n * static_cast<std::size_t>(rows)), ref(got.size());
         k::matmul(m.view, x.data(), n, static_cast<std::size_t>(cols), got.data(), static_cast<std::size_t>(rows), isa);
         k::matmul(m.view, clean.data(), n, static_cast<std::size_t>(cols), ref.data(), static_cast<std::size_t>(rows), isa);

@@ -17,6 +17,7 @@ struct CpuFeatures {
   bool avx512_bf16 = false;  // vdpbf16ps
   bool avx512_vbmi = false;  // vpermb
   bool f16c = false;
+  bool avx2_fma = false;     // AVX2 and FMA, with the OS saving YMM state
   // vdpbf16ps retires at least as many FLOPs as vfmadd231ps. AMD's Zen 4
   // and 5 do (Zen 5 here: 545 against 272 GFLOP/s a thread); Intel's cores
   // with AVX512-BF16 do not (a Sapphire Rapids Xeon here: 79 against 157,
@@ -38,7 +39,10 @@ inline CpuFeatures detect_cpu_features() {
   unsigned xlo, xhi;
   __asm__("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
   const bool zmm_state = (xlo & 0xE6) == 0xE6;  // SSE, AVX, opmask, ZMM0-15 high, ZMM16-31
+  const bool ymm_state = (xlo & 0x6) == 0x6;     // SSE, AVX
+  const bool fma = (c >> 12) & 1;
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return f;
+  f.avx2_fma = ymm_state && fma && ((b >> 5) & 1);
   const bool avx512f = (b >> 16) & 1, avx512dq = (b >> 17) & 1, avx512bw = (b >> 30) & 1, avx512vl = (b >> 31) & 1;
   f.avx512 = zmm_state && avx512f && avx512dq && avx512bw && avx512vl;
   f.avx512_vnni = f.avx512 && ((c >> 11) & 1);
@@ -49,17 +53,21 @@ inline CpuFeatures detect_cpu_features() {
   return f;
 }
 
-// The kernel families, fastest first.
-enum class Isa { Avx512Bf16Vnni, Portable };
+// The kernel families, fastest first. Avx2: the AVX2 decode kernels
+// (x86_avx2.hpp) for F16, BF16, Q8_0 and Q4_0, the portable paths for the rest.
+enum class Isa { Avx512Bf16Vnni, Avx2, Portable };
 
-inline const char* to_string(Isa isa) { return isa == Isa::Avx512Bf16Vnni ? "avx512-bf16-vnni" : "portable (xsimd)"; }
+inline const char* to_string(Isa isa) {
+  return isa == Isa::Avx512Bf16Vnni ? "avx512-bf16-vnni" : isa == Isa::Avx2 ? "avx2" : "portable (xsimd)";
+}
 
 // The path the typed kernels take: the best this CPU has, unless a test forced one.
 inline Isa& active_isa() {
   static Isa isa = [] {
     const CpuFeatures f = detect_cpu_features();
     // (Every CPU with BF16 and VNNI has VBMI, but Cooper Lake; it takes the portable path.)
-    return f.avx512 && f.avx512_vnni && f.avx512_bf16 && f.avx512_vbmi && f.f16c ? Isa::Avx512Bf16Vnni : Isa::Portable;
+    if (f.avx512 && f.avx512_vnni && f.avx512_bf16 && f.avx512_vbmi && f.f16c) return Isa::Avx512Bf16Vnni;
+    return f.avx2_fma && f.f16c ? Isa::Avx2 : Isa::Portable;
   }();
   return isa;
 }

@@ -13,8 +13,11 @@
 //                                                     scales and mins), int8 tiles, vpdpbusd
 // (*) where vdpbf16ps is full rate (bf16_tiles(): AMD); elsewhere (Intel)
 // widened to f32 per block, f32 tiles.
-// Without AVX-512 BF16/VNNI (or forced to Isa::Portable) every type takes the
-// xsimd paths: f32 FMA over dequantised rows, and f32 tiles.
+// Without AVX-512 BF16/VNNI, decode of F16, BF16, Q8_0 and Q4_0 takes the AVX2
+// kernels where the CPU has AVX2 and FMA (Isa::Avx2: the same conversions and
+// int8 activations, vpmaddubsw for the integer dot products); everything else
+// (or everything, forced to Isa::Portable) takes the xsimd paths: f32 FMA over
+// dequantised rows, and f32 tiles.
 #pragma once
 
 #include <Eigen/Core>
@@ -33,6 +36,7 @@
 #include "streamllm/kernels/gemv_f32.hpp"
 #include "streamllm/kernels/gemv_typed.hpp"
 #include "streamllm/kernels/threading.hpp"
+#include "streamllm/kernels/x86_avx2.hpp"
 #include "streamllm/kernels/x86_avx512.hpp"
 #include "streamllm/quant/blocks.hpp"
 #include "streamllm/tensor.hpp"
@@ -189,6 +193,27 @@ inline void gemv(const TensorView& w, const float* x, std::size_t n, std::size_t
   }
 #endif
   if (w.type == DType::F32) return gemv_f32(reinterpret_cast<const float*>(w.data), m, k, x, ldx, n, y, ldy);
+#ifdef STREAMLLM_HAVE_AVX2_KERNELS
+  if (isa == Isa::Avx2 && (w.type == DType::F16 || w.type == DType::BF16))
+    return parallel_chunks(m, chunk, work, [&](std::size_t r0, std::size_t r1) {
+      with_token_count(n, [&]<int NT>() {
+        if (w.type == DType::F16)
+          avx2::gemv_widen_rows<avx2::F16Row, NT>(r0, r1, w.data, stride, k, x, ldx, y, ldy);
+        else
+          avx2::gemv_widen_rows<avx2::BF16Row, NT>(r0, r1, w.data, stride, k, x, ldx, y, ldy);
+      });
+    });
+#endif
+#ifdef STREAMLLM_HAVE_AVX2_KERNELS
+  if (isa == Isa::Avx2 && (w.type == DType::Q4_K || w.type == DType::Q6_K)) {
+    static thread_local QuantizedActivations xa;
+    quantize_activations(x, ldx, n, k, xa);
+    const QuantizedActivations* xap = &xa;  // the workers read this thread's
+    return parallel_chunks(m, chunk, work, [&](std::size_t r0, std::size_t r1) {
+      with_token_count(n, [&]<int NT>() { avx2::gemv_kquant_rows<NT>(w.type, r0, r1, w.data, stride, *xap, y, ldy); });
+    });
+  }
+#endif
   if (w.type == DType::Q8_0 || w.type == DType::Q4_0) {
     static thread_local QuantizedActivations xa;
     quantize_activations(x, ldx, n, k, xa);
@@ -196,6 +221,15 @@ inline void gemv(const TensorView& w, const float* x, std::size_t n, std::size_t
     // thread_local instance: hand them a pointer.
     const QuantizedActivations* xap = &xa;
     return parallel_chunks(m, chunk, work, [&](std::size_t r0, std::size_t r1) {
+#ifdef STREAMLLM_HAVE_AVX2_KERNELS
+      if (isa == Isa::Avx2)
+        return with_token_count(n, [&]<int NT>() {
+          if (w.type == DType::Q8_0)
+            avx2::gemv_int8_rows<avx2::Q8_0Row, NT>(r0, r1, w.data, stride, *xap, y, ldy);
+          else
+            avx2::gemv_int8_rows<avx2::Q4_0Row, NT>(r0, r1, w.data, stride, *xap, y, ldy);
+        });
+#endif
       if (w.type == DType::Q8_0)
         portable::gemv_q8_0(w, *xap, n, y, ldy, r0, r1);
       else

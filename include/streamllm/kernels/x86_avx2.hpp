@@ -1,0 +1,293 @@
+// AVX2 decode kernels, for x86 CPUs without AVX-512 (or whose hypervisor
+// hides it): F16 / BF16 rows widened to f32, and Q8_0 / Q4_0 / Q4_K / Q6_K
+// rows multiplied with int8 activations by vpmaddubsw. Compiled with a target attribute
+// whatever the build flags and chosen at run time (cpu_features.hpp, Isa::Avx2),
+// as the AVX-512 kernels are; the scalar twins are in gemv_typed.hpp.
+//
+// Without them a portable build read these types through the scalar loops
+// (dequantise a row, then dot): on an AVX2-only Zen 4 guest, TinyLlama F16
+// and Q8_0 decode ran at a fraction of the memory's speed.
+#pragma once
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define STREAMLLM_HAVE_AVX2_KERNELS 1
+
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "streamllm/dtype.hpp"
+#include "streamllm/kernels/activations_q8.hpp"
+#include "streamllm/quant/blocks.hpp"
+
+#define STREAMLLM_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+namespace streamllm::kernels::avx2 {
+
+STREAMLLM_AVX2 inline float hsum(__m256 v) {
+  __m128 q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  q = _mm_add_ss(q, _mm_movehdup_ps(q));
+  return _mm_cvtss_f32(q);
+}
+
+// ---- Float rows: 8 elements widened to f32 per load -------------------------
+
+struct F16Row {
+  static constexpr std::size_t kBytes = 2;
+  STREAMLLM_AVX2 static __m256 load(const std::byte* row, std::size_t k) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * k)));
+  }
+  STREAMLLM_AVX2 static float scalar(const std::byte* row, std::size_t k) {
+    std::uint16_t h;
+    __builtin_memcpy(&h, row + 2 * k, 2);
+    return _cvtsh_ss(h);
+  }
+};
+
+struct BF16Row {
+  static constexpr std::size_t kBytes = 2;
+  STREAMLLM_AVX2 static __m256 load(const std::byte* row, std::size_t k) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * k));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  STREAMLLM_AVX2 static float scalar(const std::byte* row, std::size_t k) {
+    std::uint16_t h;
+    __builtin_memcpy(&h, row + 2 * k, 2);
+    const std::uint32_t bits = std::uint32_t(h) << 16;
+    float f;
+    __builtin_memcpy(&f, &bits, 4);
+    return f;
+  }
+};
+
+// Rows rows[0..R) against NT tokens: R x NT accumulators, two chains per row
+// for one token so that the FMA latency is covered; with R = 2 and up to 4
+// tokens, 16 ymm registers hold them, the tokens' activations of a step and
+// one weight vector.
+template <class Row, int NT, std::size_t R>
+STREAMLLM_AVX2 inline void gemv_widen_block(const std::size_t (&rows)[R], const std::byte* w, std::size_t row_bytes, std::size_t k,
+                                            const float* x, std::size_t ldx, float* y, std::size_t ldy) {
+  constexpr int C = NT == 1 ? 2 : 1;
+  const std::size_t kend = k / 16 * 16;
+  __m256 acc[R][NT][C];
+  const std::byte* row[R];
+  for (std::size_t i = 0; i < R; ++i) {
+    row[i] = w + rows[i] * row_bytes;
+    for (int t = 0; t < NT; ++t)
+      for (int c = 0; c < C; ++c) acc[i][t][c] = _mm256_setzero_ps();
+  }
+  for (std::size_t kk = 0; kk < kend; kk += 16) {
+    for (std::size_t v = 0; v < 2; ++v) {
+      __m256 xv[NT];
+      for (int t = 0; t < NT; ++t) xv[t] = _mm256_loadu_ps(x + static_cast<std::size_t>(t) * ldx + kk + 8 * v);
+      for (std::size_t i = 0; i < R; ++i) {
+        const __m256 wv = Row::load(row[i], kk + 8 * v);
+        for (int t = 0; t < NT; ++t) acc[i][t][v % C] = _mm256_fmadd_ps(wv, xv[t], acc[i][t][v % C]);
+      }
+    }
+  }
+  for (std::size_t i = 0; i < R; ++i)
+    for (int t = 0; t < NT; ++t) {
+      __m256 s = acc[i][t][0];
+      for (int c = 1; c < C; ++c) s = _mm256_add_ps(s, acc[i][t][c]);
+      float sum = hsum(s);
+      for (std::size_t kk = kend; kk < k; ++kk) sum += Row::scalar(row[i], kk) * x[static_cast<std::size_t>(t) * ldx + kk];
+      y[static_cast<std::size_t>(t) * ldy + rows[i]] = sum;
+    }
+}
+
+// Rows [r0, r1) against NT tokens, two at a time, one from each half of the
+// range: two long sequential streams, which the hardware prefetcher follows.
+// TinyLlama F16 / BF16 decode, one thread, AMD EPYC (Zen 4) guest: 4
+// consecutive rows at a time (4 streams of one 4 KiB page each) 6.9 / 6.2
+// tok/s; from the quarters 10.7-11.8 / 10.1-11.5; from the halves 11.4-11.5 /
+// 11.2-11.8; one stream 9.3 / 9.1; a software prefetch 1 KiB ahead 9.9-10.3
+// / 9.3-10.4.
+template <class Row, int NT>
+STREAMLLM_AVX2 inline void gemv_widen_rows(std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
+                                           std::size_t k, const float* x, std::size_t ldx, float* y, std::size_t ldy) {
+  constexpr std::size_t R = 2;
+  const std::size_t q = (r1 - r0) / R;
+  for (std::size_t i = 0; i < q; ++i) {
+    std::size_t rows[R];
+    for (std::size_t s = 0; s < R; ++s) rows[s] = r0 + s * q + i;
+    gemv_widen_block<Row, NT, R>(rows, w, row_bytes, k, x, ldx, y, ldy);
+  }
+  for (std::size_t r = r0 + R * q; r < r1; ++r) {
+    const std::size_t one[1] = {r};
+    gemv_widen_block<Row, NT, 1>(one, w, row_bytes, k, x, ldx, y, ldy);
+  }
+}
+
+// ---- Q8_0 / Q4_0 rows x int8 activations (vpmaddubsw) -----------------------
+//
+// vpmaddubsw multiplies unsigned by signed bytes: Q8_0's magnitudes |w| go in
+// as the unsigned operand and the activations take the weights' signs
+// (vpsignb), so each product is |w| x sign(w) x = w x. A pair of products
+// stays within int16 (|w| <= 128, |x| <= 127), vpmaddwd by ones adds pairs
+// into int32 lanes, and each block is scaled once: dw dx. One row at a time:
+// the rows are one sequential stream. No software prefetch: prefetching
+// every block cost Q8_0 decode 11% (18.0 against 20.3 tok/s, TinyLlama, one
+// thread).
+
+struct Q8_0Row {
+  using Block = quant::BlockQ8_0;
+  static constexpr int kOffset = 0;  // signed quants
+  STREAMLLM_AVX2 static __m256i quants(const Block& b) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs)); }
+};
+
+// Q4_0's nibbles go in unsigned (0..15, the quant + 8) with the activations
+// as they are, and 8 x the activation block's sum is taken back once per
+// block in the row's scalar correction: two vpsignb and a subtraction fewer
+// per block (TinyLlama Q4_0 decode, one thread, two alternating runs:
+// 16.2-16.4 -> 17.4-17.7 tok/s).
+struct Q4_0Row {
+  using Block = quant::BlockQ4_0;
+  static constexpr int kOffset = 8;
+  // Element j in the low nibble of byte j, element j + 16 in the high one.
+  STREAMLLM_AVX2 static __m256i quants(const Block& b) {
+    const __m128i p = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs)), m = _mm_set1_epi8(0x0F);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(p, 4), m), _mm_and_si128(p, m));
+  }
+};
+
+// Block b of a row against NT tokens, added to acc; for unsigned quants
+// (kOffset), dw dx x the activations' sum added to corr.
+template <class Row, int NT>
+STREAMLLM_AVX2 inline void int8_block(const typename Row::Block& blk, const QuantizedActivations& xa, std::size_t b,
+                                      __m256 (&acc)[NT], float (&corr)[NT]) {
+  const __m256i q = Row::quants(blk);
+  const __m256i q_abs = Row::kOffset ? q : _mm256_sign_epi8(q, q);
+  const __m256i ones = _mm256_set1_epi16(1);
+  const float dw = _cvtsh_ss(blk.d);
+  for (int t = 0; t < NT; ++t) {
+    const auto tt = static_cast<std::size_t>(t);
+    __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.q_row(tt) + 32 * b));
+    if constexpr (Row::kOffset == 0) x = _mm256_sign_epi8(x, q);
+    const __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(q_abs, x), ones));
+    const float scale = dw * xa.d_row(tt)[b];
+    acc[t] = _mm256_fmadd_ps(s, _mm256_set1_ps(scale), acc[t]);
+    if constexpr (Row::kOffset != 0) corr[t] += scale * static_cast<float>(xa.sum_row(tt)[b]);
+  }
+}
+
+// Rows [r0, r1) against NT tokens.
+template <class Row, int NT>
+STREAMLLM_AVX2 inline void gemv_int8_rows(std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
+                                          const QuantizedActivations& xa, float* y, std::size_t ldy) {
+  using Block = typename Row::Block;
+  const std::size_t nb = xa.blocks;
+  for (std::size_t r = r0; r < r1; ++r) {
+    const auto* row = reinterpret_cast<const Block*>(w + r * row_bytes);
+    __m256 acc[2][NT];  // even and odd blocks: two chains per token
+    float corr[NT] = {};
+    for (int t = 0; t < NT; ++t) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
+    std::size_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+      int8_block<Row, NT>(row[b], xa, b, acc[0], corr);
+      int8_block<Row, NT>(row[b + 1], xa, b + 1, acc[1], corr);
+    }
+    if (b < nb) int8_block<Row, NT>(row[b], xa, b, acc[0], corr);
+    for (int t = 0; t < NT; ++t)
+      y[static_cast<std::size_t>(t) * ldy + r] = hsum(_mm256_add_ps(acc[0][t], acc[1][t])) - Row::kOffset * corr[t];
+  }
+}
+
+// ---- Q4_K / Q6_K rows x int8 activations ------------------------------------
+//
+// Per vector of 32 quants: vpmaddubsw with the activations, then vpmaddwd by
+// the sub-block scales (int16) instead of by ones, so the integer sums come
+// out scaled; one convert and one FMA by d dx per activation block. Q4_K's
+// nibbles are unsigned (0..15): its mins go to a scalar correction, dmin m dx
+// x the activation block's sum. Q6_K's quants minus 32 take vpmaddubsw's
+// sign trick, as Q8_0 does; a vector spans two sub-blocks of 16, whose scales
+// fill its two halves.
+
+STREAMLLM_AVX2 inline __m256i kquant_dot(__m256i q_abs, __m256i q_signs, const std::int8_t* xq, __m256i scales16, bool signed_q) {
+  __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
+  if (signed_q) x = _mm256_sign_epi8(x, q_signs);
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(q_abs, x), scales16);
+}
+
+// Super-block sb of a Q4_K row against NT tokens.
+template <int NT>
+STREAMLLM_AVX2 inline void q4k_super_block(const quant::BlockQ4K& b, const QuantizedActivations& xa, std::size_t sb,
+                                           __m256 (&acc)[NT], float (&corr)[NT]) {
+  const float d = _cvtsh_ss(b.d), dmin = _cvtsh_ss(b.dmin);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (int c = 0; c < 4; ++c) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * c));
+    const __m256i q[2] = {_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4)};
+    for (int h = 0; h < 2; ++h) {
+      const int j = 2 * c + h;  // sub-block of 32 = activation block 8 sb + j
+      std::uint8_t sc, m;
+      quant::q4k_scale_min(j, b.scales, sc, m);
+      const __m256i scales16 = _mm256_set1_epi16(sc);
+      const std::size_t blk = 8 * sb + static_cast<std::size_t>(j);
+      for (int t = 0; t < NT; ++t) {
+        const auto tt = static_cast<std::size_t>(t);
+        const float dx = xa.d_row(tt)[blk];
+        const __m256i dot = kquant_dot(q[h], q[h], xa.q_row(tt) + 32 * blk, scales16, false);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * dx), acc[t]);
+        corr[t] += dmin * static_cast<float>(m) * dx * static_cast<float>(xa.sum_row(tt)[blk]);
+      }
+    }
+  }
+}
+
+// Super-block sb of a Q6_K row against NT tokens.
+template <int NT>
+STREAMLLM_AVX2 inline void q6k_super_block(const quant::BlockQ6K& b, const QuantizedActivations& xa, std::size_t sb,
+                                           __m256 (&acc)[NT]) {
+  const float d = _cvtsh_ss(b.d);
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), off = _mm256_set1_epi8(32);
+  for (int h = 0; h < 2; ++h) {
+    const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h));
+    const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h + 32));
+    const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h));
+    // Elements 128h + 32c + i, c = 0..3 (the layout gemv_kquant_int8 spells out).
+    const __m256i q[4] = {
+        _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hi, 4), m30)),
+        _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hi, 2), m30)),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hi, m30)),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(hi, 2), m30))};
+    for (int c = 0; c < 4; ++c) {
+      const __m256i qs = _mm256_sub_epi8(q[c], off);  // -32..31
+      const __m256i q_abs = _mm256_sign_epi8(qs, qs);
+      const int s = 8 * h + 2 * c;  // its two sub-blocks of 16: s, s + 1
+      const __m256i scales16 = _mm256_set_m128i(_mm_set1_epi16(b.scales[s + 1]), _mm_set1_epi16(b.scales[s]));
+      const std::size_t blk = 8 * sb + static_cast<std::size_t>(4 * h + c);
+      for (int t = 0; t < NT; ++t) {
+        const auto tt = static_cast<std::size_t>(t);
+        const __m256i dot = kquant_dot(q_abs, qs, xa.q_row(tt) + 32 * blk, scales16, true);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * xa.d_row(tt)[blk]), acc[t]);
+      }
+    }
+  }
+}
+
+// Rows [r0, r1) of a Q4_K or Q6_K matrix against NT tokens.
+template <int NT>
+STREAMLLM_AVX2 inline void gemv_kquant_rows(DType type, std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
+                                            const QuantizedActivations& xa, float* y, std::size_t ldy) {
+  const std::size_t super_blocks = xa.cols / 256;
+  for (std::size_t r = r0; r < r1; ++r) {
+    __m256 acc[NT];
+    float corr[NT] = {};
+    for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+    const std::byte* row = w + r * row_bytes;
+    for (std::size_t sb = 0; sb < super_blocks; ++sb) {
+      if (type == DType::Q4_K)
+        q4k_super_block<NT>(reinterpret_cast<const quant::BlockQ4K*>(row)[sb], xa, sb, acc, corr);
+      else
+        q6k_super_block<NT>(reinterpret_cast<const quant::BlockQ6K*>(row)[sb], xa, sb, acc);
+    }
+    for (int t = 0; t < NT; ++t) y[static_cast<std::size_t>(t) * ldy + r] = hsum(acc[t]) - corr[t];
+  }
+}
+
+}  // namespace streamllm::kernels::avx2
+
+#endif
