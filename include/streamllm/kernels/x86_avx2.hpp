@@ -197,13 +197,19 @@ STREAMLLM_AVX2 inline void gemv_int8_rows(std::size_t r0, std::size_t r1, const 
 
 // ---- Q4_K / Q6_K rows x int8 activations ------------------------------------
 //
-// Per vector of 32 quants: vpmaddubsw with the activations, then vpmaddwd by
-// the sub-block scales (int16) instead of by ones, so the integer sums come
-// out scaled; one convert and one FMA by d dx per activation block. Q4_K's
-// nibbles are unsigned (0..15): its mins go to a scalar correction, dmin m dx
-// x the activation block's sum. Q6_K's quants minus 32 take vpmaddubsw's
-// sign trick, as Q8_0 does; a vector spans two sub-blocks of 16, whose scales
-// fill its two halves.
+// Per vector of 32 quants (one activation block): vpmaddubsw with the
+// activations, then vpmaddwd by the sub-block scales (int16) instead of by
+// ones, so the integer sums come out scaled. A super-block's eight vectors
+// are reduced together, lane j to the sum of vector j (reduce8), so that the
+// float work - convert, times d x the eight activation scales, add - is one
+// vector per super-block and token instead of one per block. Q4_K's nibbles
+// are unsigned (0..15); its mins, dmin m dx x the activation block's sum, are
+// one more vector. Q6_K's quants minus 32 take vpmaddubsw's sign trick, as
+// Q8_0 does; a vector spans two sub-blocks of 16, whose scales fill its halves.
+// (Scaled per block instead: TinyLlama Q4_K_M decode on one thread, two
+// alternating runs, 10.8-11.3 against 13.0-14.3 tok/s. llama.cpp's 21-22
+// comes from activations with one scale per super-block, whose integer sums
+// need no float work per block at all.)
 
 STREAMLLM_AVX2 inline __m256i kquant_dot(__m256i q_abs, __m256i q_signs, const std::int8_t* xq, __m256i scales16, bool signed_q) {
   __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
@@ -211,29 +217,43 @@ STREAMLLM_AVX2 inline __m256i kquant_dot(__m256i q_abs, __m256i q_signs, const s
   return _mm256_madd_epi16(_mm256_maddubs_epi16(q_abs, x), scales16);
 }
 
+// Lane j: the sum of the eight lanes of v[j].
+STREAMLLM_AVX2 inline __m256i reduce8(const __m256i (&v)[8]) {
+  const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+  // a: 128-bit lane 0 holds the low halves' sums of v0..v3, lane 1 the high halves'.
+  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
 // Super-block sb of a Q4_K row against NT tokens.
 template <int NT>
 STREAMLLM_AVX2 inline void q4k_super_block(const quant::BlockQ4K& b, const QuantizedActivations& xa, std::size_t sb,
-                                           __m256 (&acc)[NT], float (&corr)[NT]) {
-  const float d = _cvtsh_ss(b.d), dmin = _cvtsh_ss(b.dmin);
+                                           __m256 (&acc)[NT]) {
+  const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d)), dmin = _mm256_set1_ps(_cvtsh_ss(b.dmin));
+  alignas(32) std::int32_t mins[8];
+  __m256i q[8], scales16[8];
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   for (int c = 0; c < 4; ++c) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * c));
-    const __m256i q[2] = {_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4)};
-    for (int h = 0; h < 2; ++h) {
-      const int j = 2 * c + h;  // sub-block of 32 = activation block 8 sb + j
-      std::uint8_t sc, m;
-      quant::q4k_scale_min(j, b.scales, sc, m);
-      const __m256i scales16 = _mm256_set1_epi16(sc);
-      const std::size_t blk = 8 * sb + static_cast<std::size_t>(j);
-      for (int t = 0; t < NT; ++t) {
-        const auto tt = static_cast<std::size_t>(t);
-        const float dx = xa.d_row(tt)[blk];
-        const __m256i dot = kquant_dot(q[h], q[h], xa.q_row(tt) + 32 * blk, scales16, false);
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * dx), acc[t]);
-        corr[t] += dmin * static_cast<float>(m) * dx * static_cast<float>(xa.sum_row(tt)[blk]);
-      }
-    }
+    q[2 * c] = _mm256_and_si256(v, m4);
+    q[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+  }
+  for (int j = 0; j < 8; ++j) {
+    std::uint8_t sc, m;
+    quant::q4k_scale_min(j, b.scales, sc, m);
+    scales16[j] = _mm256_set1_epi16(sc);
+    mins[j] = m;
+  }
+  const __m256 dmin_m = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(mins))));
+  for (int t = 0; t < NT; ++t) {
+    const auto tt = static_cast<std::size_t>(t);
+    const std::int8_t* xq = xa.q_row(tt) + 256 * sb;
+    __m256i dots[8];
+    for (int j = 0; j < 8; ++j) dots[j] = kquant_dot(q[j], q[j], xq + 32 * j, scales16[j], false);
+    const __m256 dx = _mm256_loadu_ps(xa.d_row(tt) + 8 * sb);
+    const __m256 sums = _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.sum_row(tt) + 8 * sb)));
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8(dots)), _mm256_mul_ps(d, dx), acc[t]);
+    acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin_m, dx), sums, acc[t]);
   }
 }
 
@@ -241,30 +261,33 @@ STREAMLLM_AVX2 inline void q4k_super_block(const quant::BlockQ4K& b, const Quant
 template <int NT>
 STREAMLLM_AVX2 inline void q6k_super_block(const quant::BlockQ6K& b, const QuantizedActivations& xa, std::size_t sb,
                                            __m256 (&acc)[NT]) {
-  const float d = _cvtsh_ss(b.d);
+  const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
   const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), off = _mm256_set1_epi8(32);
+  __m256i q[8], scales16[8];
   for (int h = 0; h < 2; ++h) {
     const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h));
     const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h + 32));
     const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h));
-    // Elements 128h + 32c + i, c = 0..3 (the layout gemv_kquant_int8 spells out).
-    const __m256i q[4] = {
-        _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hi, 4), m30)),
-        _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hi, 2), m30)),
-        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hi, m30)),
-        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(hi, 2), m30))};
-    for (int c = 0; c < 4; ++c) {
-      const __m256i qs = _mm256_sub_epi8(q[c], off);  // -32..31
-      const __m256i q_abs = _mm256_sign_epi8(qs, qs);
-      const int s = 8 * h + 2 * c;  // its two sub-blocks of 16: s, s + 1
-      const __m256i scales16 = _mm256_set_m128i(_mm_set1_epi16(b.scales[s + 1]), _mm_set1_epi16(b.scales[s]));
-      const std::size_t blk = 8 * sb + static_cast<std::size_t>(4 * h + c);
-      for (int t = 0; t < NT; ++t) {
-        const auto tt = static_cast<std::size_t>(t);
-        const __m256i dot = kquant_dot(q_abs, qs, xa.q_row(tt) + 32 * blk, scales16, true);
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * xa.d_row(tt)[blk]), acc[t]);
-      }
-    }
+    // Elements 128h + 32c + i, c = 0..3 (the layout gemv_kquant_int8 spells out), minus 32.
+    q[4 * h] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hi, 4), m30));
+    q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hi, 2), m30));
+    q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hi, m30));
+    q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(hi, 2), m30));
+  }
+  __m256i q_abs[8];
+  for (int j = 0; j < 8; ++j) {
+    q[j] = _mm256_sub_epi8(q[j], off);  // -32..31
+    q_abs[j] = _mm256_sign_epi8(q[j], q[j]);
+    // Block j's two sub-blocks of 16: scales 2j and 2j + 1.
+    scales16[j] = _mm256_set_m128i(_mm_set1_epi16(b.scales[2 * j + 1]), _mm_set1_epi16(b.scales[2 * j]));
+  }
+  for (int t = 0; t < NT; ++t) {
+    const auto tt = static_cast<std::size_t>(t);
+    const std::int8_t* xq = xa.q_row(tt) + 256 * sb;
+    __m256i dots[8];
+    for (int j = 0; j < 8; ++j) dots[j] = kquant_dot(q_abs[j], q[j], xq + 32 * j, scales16[j], true);
+    const __m256 dx = _mm256_loadu_ps(xa.d_row(tt) + 8 * sb);
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8(dots)), _mm256_mul_ps(d, dx), acc[t]);
   }
 }
 
@@ -275,16 +298,15 @@ STREAMLLM_AVX2 inline void gemv_kquant_rows(DType type, std::size_t r0, std::siz
   const std::size_t super_blocks = xa.cols / 256;
   for (std::size_t r = r0; r < r1; ++r) {
     __m256 acc[NT];
-    float corr[NT] = {};
     for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
     const std::byte* row = w + r * row_bytes;
     for (std::size_t sb = 0; sb < super_blocks; ++sb) {
       if (type == DType::Q4_K)
-        q4k_super_block<NT>(reinterpret_cast<const quant::BlockQ4K*>(row)[sb], xa, sb, acc, corr);
+        q4k_super_block<NT>(reinterpret_cast<const quant::BlockQ4K*>(row)[sb], xa, sb, acc);
       else
         q6k_super_block<NT>(reinterpret_cast<const quant::BlockQ6K*>(row)[sb], xa, sb, acc);
     }
-    for (int t = 0; t < NT; ++t) y[static_cast<std::size_t>(t) * ldy + r] = hsum(acc[t]) - corr[t];
+    for (int t = 0; t < NT; ++t) y[static_cast<std::size_t>(t) * ldy + r] = hsum(acc[t]);
   }
 }
 
