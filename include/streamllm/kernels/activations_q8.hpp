@@ -21,6 +21,7 @@ struct QuantizedActivations {
   AlignedVector<std::int8_t> q;    // [rows][cols]
   AlignedVector<float> d;          // [rows][blocks]
   AlignedVector<std::int32_t> sum; // [rows][blocks]: sum of the block's quants
+  AlignedVector<float> dsum;       // [rows][blocks]: d * sum, what a Q4_K min multiplies
   // Per pair of blocks, as the VNNI kernels consume them (16 lanes, 8 per
   // block): the two scales, and minus the two sums / 8 (see x86_avx512.hpp).
   std::size_t pairs = 0;
@@ -55,6 +56,7 @@ struct QuantizedActivations {
   const std::int8_t* q_row(std::size_t r) const { return q.data() + r * cols; }
   const float* d_row(std::size_t r) const { return d.data() + r * blocks; }
   const std::int32_t* sum_row(std::size_t r) const { return sum.data() + r * blocks; }
+  const float* dsum_row(std::size_t r) const { return dsum.data() + r * blocks; }
   const float* d_lanes_row(std::size_t r) const { return d_lanes.data() + r * pairs * 16; }
   const std::int32_t* sum_lanes_row(std::size_t r) const { return sum_lanes.data() + r * pairs * 16; }
 };
@@ -97,6 +99,7 @@ inline void quantize_activations_with(const float* x, std::size_t ldx, std::size
   grow(out.q, rows * cols);
   grow(out.d, rows * out.blocks);
   grow(out.sum, rows * out.blocks);
+  grow(out.dsum, rows * out.blocks);
   grow(out.d_lanes, rows * out.pairs * 16);
   grow(out.sum_lanes, rows * out.pairs * 16);
   for (std::size_t r = 0; r < rows; ++r)
@@ -104,6 +107,7 @@ inline void quantize_activations_with(const float* x, std::size_t ldx, std::size
       const auto [d, s] = block(x + r * ldx + b * 32, out.q.data() + r * cols + b * 32);
       out.d[r * out.blocks + b] = d;
       out.sum[r * out.blocks + b] = s;
+      out.dsum[r * out.blocks + b] = d * static_cast<float>(s);
       if (b / 2 < out.pairs)
         for (std::size_t l = 0; l < 8; ++l) {
           const std::size_t at = (r * out.pairs + b / 2) * 16 + (b % 2) * 8 + l;
