@@ -43,8 +43,8 @@ void prefill(benchmark::State& state, Llama<Config>& model) {
   const double tok_s = static_cast<double>(n * state.iterations());
   state.SetItemsProcessed(static_cast<std::int64_t>(n * state.iterations()));
   state.counters["tok/s"] = benchmark::Counter(tok_s, benchmark::Counter::kIsRate);
-  bench::report_compute(state, "GFLOP/s", tok_s * 2 * bench::matmul_params<Config>(), bench::ComputeUnit::Fp32,
-                        static_cast<int>(state.range(0)));
+  const double flops = 2 * static_cast<double>(state.iterations()) * bench::prefill_matmul_params<Config>(static_cast<double>(n));
+  bench::report_compute(state, "GFLOP/s", flops, bench::ComputeUnit::Fp32, static_cast<int>(state.range(0)));
 }
 
 // args: threads, depth. Each iteration refills the cache to `depth` (not

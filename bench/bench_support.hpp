@@ -129,12 +129,20 @@ double weight_bytes_per_token(const streamllm::ModelWeights<Config>& w) {
   return b;
 }
 
-// Multiply-adds per token in the weight matrices (what prefill GFLOP/s and
-// decode GB/s are counted from): every linear layer and the classifier.
+// Multiply-adds per token in the weight matrices (what decode GB/s is
+// counted from): every linear layer and the classifier.
 template <class Config>
 constexpr double matmul_params() {
   const double D = Config::Dim, H = Config::HiddenDim, KV = Config::KVDim, L = Config::Layers, V = Config::Vocab;
   return L * (2 * D * D + 2 * KV * D + 3 * H * D) + V * D;
+}
+
+// Multiply-adds of a prefill of n tokens: every linear layer for each token,
+// the classifier for the last one only (prefill returns its logits alone).
+template <class Config>
+constexpr double prefill_matmul_params(double n) {
+  const double classifier = static_cast<double>(Config::Vocab) * Config::Dim;
+  return n * (matmul_params<Config>() - classifier) + classifier;
 }
 
 // This machine's limits, which the benchmarks report their rates against

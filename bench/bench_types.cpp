@@ -3,7 +3,8 @@
 // empty cache, and 32 tokens at depth 1024), 1 and 2 threads.
 //
 // Counters: tok/s; decode GB/s = bytes of the weight matrices x tok/s;
-// prefill GFLOP/s = 2 x matmul parameters x tok/s; read% and peak%: those as
+// prefill GFLOP/s = 2 x (layer matmul parameters x tokens + the classifier
+// once, for the last token) per second; read% and peak%: those as
 // a percentage of this machine's read roof and of the peak of the unit the
 // type's prefill runs on (bench_support.hpp; set the STREAMLLM_BENCH_* limits
 // to what ../shared/tools/machine-limits measures today).
@@ -55,7 +56,8 @@ void prefill(benchmark::State& state, const std::string& type) {
   }
   const double tok = static_cast<double>(n * state.iterations());
   state.counters["tok/s"] = benchmark::Counter(tok, benchmark::Counter::kIsRate);
-  bench::report_compute(state, "GFLOP/s", tok * 2 * bench::matmul_params<Tiny>(), prefill_unit(type), static_cast<int>(state.range(0)));
+  const double flops = 2 * static_cast<double>(state.iterations()) * bench::prefill_matmul_params<Tiny>(static_cast<double>(n));
+  bench::report_compute(state, "GFLOP/s", flops, prefill_unit(type), static_cast<int>(state.range(0)));
 }
 
 // args: threads, depth, steps. The cache is refilled to `depth` (not timed)

@@ -318,8 +318,16 @@ STREAMLLM_AVX512 inline void gemv_int8_row(const std::byte* w, std::size_t row_b
 // 14.5-14.9), BF16 likewise, F32 +15%. Batched decode gains more: row after
 // row, each row's longer arithmetic left the one stream idle. BF16 65536 x
 // 2048, one thread: 4 tokens 19-20 against 8.2-8.5 GB/s, 2 tokens 24
-// against 17-18.
+// against 17-18. The prefetches ask for non-temporal lines (NTA): weights
+// are read once per token, and on the Zen 5 that kept more of the streams
+// in flight: TinyLlama F32 decode, one thread, four alternating runs,
+// 9.48-9.59 -> 9.85-10.09 tok/s (two threads 15.7-16.5 -> 16.2-17.3);
+// Gemv/F32 65536 rows 38-39 -> 41-42 GB/s.
 inline constexpr std::size_t kStreamPrefetchBytes = 1024;
+
+STREAMLLM_AVX512 inline void prefetch_stream(const std::byte* p, std::size_t bytes) {
+  for (std::size_t off = 0; off < bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_NTA);
+}
 // The integer kernels of one token (Q8_0 / Q4_0 streams, K-quant rows) do
 // more arithmetic per line than the float ones, so the lines they ask for
 // must be asked for earlier: 4 KiB ahead instead of 1. TinyLlama decode, one
@@ -353,7 +361,7 @@ STREAMLLM_AVX512 inline void gemv_widen_rows(std::size_t r0, std::size_t r1, con
     for (std::size_t kk = 0; kk < kend; kk += 32) {
       __m512 w0[kStream], w1[kStream];
       for (std::size_t s = 0; s < kStream; ++s) {
-        prefetch_ahead(row[s] + kk * Row::kBytes + kStreamPrefetchBytes, kStepBytes);
+        prefetch_stream(row[s] + kk * Row::kBytes + kStreamPrefetchBytes, kStepBytes);
         w0[s] = Row::load(row[s], kk);
         w1[s] = Row::load(row[s], kk + 16);
       }
