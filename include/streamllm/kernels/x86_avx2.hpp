@@ -268,7 +268,7 @@ STREAMLLM_AVX2 inline void q6k_super_block(const quant::BlockQ6K& b, const Quant
     const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h));
     const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h + 32));
     const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h));
-    // Elements 128h + 32c + i, c = 0..3 (the layout gemv_kquant_int8 spells out), minus 32.
+    // Elements 128h + 32c + i, c = 0..3 (the layout gemv_kquant_int8 spells out).
     q[4 * h] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hi, 4), m30));
     q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hi, 2), m30));
     q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hi, m30));

@@ -328,6 +328,7 @@ inline constexpr std::size_t kStreamPrefetchBytes = 1024;
 STREAMLLM_AVX512 inline void prefetch_stream(const std::byte* p, std::size_t bytes) {
   for (std::size_t off = 0; off < bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_NTA);
 }
+
 // The integer kernels of one token (Q8_0 / Q4_0 streams, K-quant rows) do
 // more arithmetic per line than the float ones, so the lines they ask for
 // must be asked for earlier: 4 KiB ahead instead of 1. TinyLlama decode, one
@@ -791,8 +792,7 @@ STREAMLLM_AVX512 inline void gemv_kquant_int8_row(const std::byte* w, std::size_
   const std::byte* row = w + r * row_bytes;
   for (std::size_t sb = 0; sb < xa.cols / 256; ++sb) {
     const auto& b = *reinterpret_cast<const Block*>(row + sb * sizeof(Block));
-    const std::byte* ahead = row + sb * sizeof(Block) + kInt8PrefetchBytes;
-    for (std::size_t off = 0; off < sizeof(Block); off += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + off), _MM_HINT_T0);
+    prefetch_ahead(row + sb * sizeof(Block) + kInt8PrefetchBytes, sizeof(Block));
     __m512i q[4];
     __m512 scales;
     __m256 mins = _mm256_setzero_ps();
