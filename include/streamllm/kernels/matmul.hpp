@@ -132,7 +132,7 @@ inline const QuantizedActivations* int8_activations(DType type, const float* x, 
   return &xa;
 }
 
-inline void gemv_int8_rows(DType type, std::size_t r0, std::size_t r1, const std::byte* w, std::size_t stride,
+[[gnu::noinline]] inline void gemv_int8_rows(DType type, std::size_t r0, std::size_t r1, const std::byte* w, std::size_t stride,
                            const QuantizedActivations* xa, std::size_t n, float* y, std::size_t ldy) {
   switch (type) {
     case DType::Q8_0: return avx512::gemv_int8_rows<avx512::Q8_0Row>(r0, r1, w, stride, xa, n, y, ldy);
@@ -142,6 +142,76 @@ inline void gemv_int8_rows(DType type, std::size_t r0, std::size_t r1, const std
   }
 }
 #endif
+
+// ---- Decode against int8 activations, any ISA ------------------------------
+//
+// The types whose matrix-vector kernel on `isa` reads the tokens quantised
+// to int8 blocks (decode_activations) rather than as floats.
+inline bool has_int8_gemv(DType t, Isa isa) {
+  const bool blocks = t == DType::Q8_0 || t == DType::Q4_0, kquant = t == DType::Q4_K || t == DType::Q6_K;
+  if (isa == Isa::Avx512Bf16Vnni) return is_int8_blocks(t) || kquant;
+  if (isa == Isa::Avx2) return blocks || kquant;
+  return blocks;
+}
+
+// Which activations those kernels read: types with the same key on `isa`
+// can share one quantisation. The AVX-512 kernels of blocks of 32 take them
+// interleaved for their 16-block groups, Q8_0's way or Q4_0's; every other
+// kernel in plain blocks.
+inline int int8_activation_layout(DType t, Isa isa) {
+  if (isa != Isa::Avx512Bf16Vnni || !is_int8_blocks(t)) return 0;
+  return quant::base_type(t) == DType::Q8_0 ? 1 : 2;
+}
+
+// The n tokens of x quantised for t's kernel on `isa`, in the calling
+// thread's buffer (valid until its next call; workers must be handed the pointer).
+inline const QuantizedActivations* decode_activations(DType t, Isa isa, const float* x, std::size_t ldx, std::size_t n,
+                                                      std::size_t k) {
+#ifdef STREAMLLM_HAVE_AVX512_KERNELS
+  if (isa == Isa::Avx512Bf16Vnni) return int8_activations(t, x, ldx, n, k);
+#endif
+  static thread_local QuantizedActivations xa;
+  quantize_activations(x, ldx, n, k, xa);
+  return &xa;
+}
+
+// Rows [r0, r1) of w (has_int8_gemv on isa) against n tokens' int8
+// activations. Each family of kernels is a function of its own: inlined all
+// into one (with -march=native), the K-quant loop lost registers to the
+// others' and TinyLlama Q4_K_M decode on the Zen 5 went 37-38 -> 33-34 tok/s.
+#ifdef STREAMLLM_HAVE_AVX512_KERNELS
+[[gnu::noinline]] inline void avx512_kquant_chunk(const TensorView& w, std::size_t r0, std::size_t r1,
+                                                  const QuantizedActivations& xa, std::size_t n, float* y, std::size_t ldy) {
+  const auto stride = static_cast<std::size_t>(w.row_stride);
+  with_token_count(n, [&]<int NT>() { avx512::gemv_kquant_int8_rows<NT>(w.type, r0, r1, w.data, stride, xa, y, ldy); });
+}
+#endif
+#ifdef STREAMLLM_HAVE_AVX2_KERNELS
+[[gnu::noinline]] inline void avx2_int8_chunk(const TensorView& w, std::size_t r0, std::size_t r1, const QuantizedActivations& xa,
+                                              std::size_t n, float* y, std::size_t ldy) {
+  const auto stride = static_cast<std::size_t>(w.row_stride);
+  with_token_count(n, [&]<int NT>() {
+    if (w.type == DType::Q4_K || w.type == DType::Q6_K) return avx2::gemv_kquant_rows<NT>(w.type, r0, r1, w.data, stride, xa, y, ldy);
+    if (w.type == DType::Q8_0) return avx2::gemv_int8_rows<avx2::Q8_0Row, NT>(r0, r1, w.data, stride, xa, y, ldy);
+    avx2::gemv_int8_rows<avx2::Q4_0Row, NT>(r0, r1, w.data, stride, xa, y, ldy);
+  });
+}
+#endif
+
+inline void gemv_int8_chunk(const TensorView& w, Isa isa, std::size_t r0, std::size_t r1, const QuantizedActivations* xa,
+                            std::size_t n, float* y, std::size_t ldy) {
+#ifdef STREAMLLM_HAVE_AVX512_KERNELS
+  if (isa == Isa::Avx512Bf16Vnni) {
+    if (w.type == DType::Q4_K || w.type == DType::Q6_K) return avx512_kquant_chunk(w, r0, r1, *xa, n, y, ldy);
+    return gemv_int8_rows(w.type, r0, r1, w.data, static_cast<std::size_t>(w.row_stride), xa, n, y, ldy);
+  }
+#endif
+#ifdef STREAMLLM_HAVE_AVX2_KERNELS
+  if (isa == Isa::Avx2) return avx2_int8_chunk(w, r0, r1, *xa, n, y, ldy);
+#endif
+  if (w.type == DType::Q8_0) return portable::gemv_q8_0(w, *xa, n, y, ldy, r0, r1);
+  portable::gemv_q4_0(w, *xa, n, y, ldy, r0, r1);
+}
 
 // Few tokens, any type.
 inline void gemv(const TensorView& w, const float* x, std::size_t n, std::size_t ldx, float* y, std::size_t ldy,
@@ -172,26 +242,14 @@ inline void gemv(const TensorView& w, const float* x, std::size_t n, std::size_t
             });
           }
         });
-      case DType::Q8_0:
-      case DType::Q4_0:
-      case DType::Q8_0x16:
-      case DType::Q4_0x16: {
-        const QuantizedActivations* xa = int8_activations(w.type, x, ldx, n, k);
-        return parallel_chunks(m, chunk, work, [&](std::size_t r0, std::size_t r1) {
-          gemv_int8_rows(w.type, r0, r1, w.data, stride, xa, n, y, ldy);
-        });
-      }
-      case DType::Q4_K:
-      case DType::Q6_K: {
-        const QuantizedActivations* xa = int8_activations(w.type, x, ldx, n, k);
-        return parallel_chunks(m, chunk, work, [&](std::size_t r0, std::size_t r1) {
-          with_token_count(n, [&]<int NT>() { avx512::gemv_kquant_int8_rows<NT>(w.type, r0, r1, w.data, stride, *xa, y, ldy); });
-        });
-      }
       default: break;
     }
   }
 #endif
+  if (has_int8_gemv(w.type, isa)) {
+    const QuantizedActivations* xa = decode_activations(w.type, isa, x, ldx, n, k);
+    return parallel_chunks(m, chunk, work, [&](std::size_t r0, std::size_t r1) { gemv_int8_chunk(w, isa, r0, r1, xa, n, y, ldy); });
+  }
   if (w.type == DType::F32) return gemv_f32(reinterpret_cast<const float*>(w.data), m, k, x, ldx, n, y, ldy);
 #ifdef STREAMLLM_HAVE_AVX2_KERNELS
   if (isa == Isa::Avx2 && (w.type == DType::F16 || w.type == DType::BF16))
@@ -204,38 +262,6 @@ inline void gemv(const TensorView& w, const float* x, std::size_t n, std::size_t
       });
     });
 #endif
-#ifdef STREAMLLM_HAVE_AVX2_KERNELS
-  if (isa == Isa::Avx2 && (w.type == DType::Q4_K || w.type == DType::Q6_K)) {
-    static thread_local QuantizedActivations xa;
-    quantize_activations(x, ldx, n, k, xa);
-    const QuantizedActivations* xap = &xa;  // the workers read this thread's
-    return parallel_chunks(m, chunk, work, [&](std::size_t r0, std::size_t r1) {
-      with_token_count(n, [&]<int NT>() { avx2::gemv_kquant_rows<NT>(w.type, r0, r1, w.data, stride, *xap, y, ldy); });
-    });
-  }
-#endif
-  if (w.type == DType::Q8_0 || w.type == DType::Q4_0) {
-    static thread_local QuantizedActivations xa;
-    quantize_activations(x, ldx, n, k, xa);
-    // Worker threads must read this thread's activations, not their own
-    // thread_local instance: hand them a pointer.
-    const QuantizedActivations* xap = &xa;
-    return parallel_chunks(m, chunk, work, [&](std::size_t r0, std::size_t r1) {
-#ifdef STREAMLLM_HAVE_AVX2_KERNELS
-      if (isa == Isa::Avx2)
-        return with_token_count(n, [&]<int NT>() {
-          if (w.type == DType::Q8_0)
-            avx2::gemv_int8_rows<avx2::Q8_0Row, NT>(r0, r1, w.data, stride, *xap, y, ldy);
-          else
-            avx2::gemv_int8_rows<avx2::Q4_0Row, NT>(r0, r1, w.data, stride, *xap, y, ldy);
-        });
-#endif
-      if (w.type == DType::Q8_0)
-        portable::gemv_q8_0(w, *xap, n, y, ldy, r0, r1);
-      else
-        portable::gemv_q4_0(w, *xap, n, y, ldy, r0, r1);
-    });
-  }
   parallel_chunks(m, chunk, work, [&](std::size_t r0, std::size_t r1) { portable::gemv_dequant(w, x, ldx, n, y, ldy, r0, r1); });
 }
 
@@ -320,24 +346,24 @@ struct MatmulTarget {
 };
 
 // Several matrices against the same activations (wq, wk, wv; w_gate, w_up).
-// On the int8 decode path, when they share one type, the activations are
-// quantised once for all of them and the rows of all the matrices are chunks
-// of one parallel loop: one fork-join instead of several, and the small
-// matrices' chunks fill the threads' tails. On the int8 tiles (prefill) the
-// tokens are packed once for all of them, whatever their formats. Otherwise
-// one matmul per target.
+// On the int8 decode paths, when their kernels read the same activations
+// (int8_activation_layout: Q4_K with Q6_K, as a Q4_K_M file mixes them, and
+// on AVX2 any of the four types), the tokens are quantised once for all of
+// them and the rows of all the matrices are chunks of one parallel loop: one
+// fork-join instead of several, and the small matrices' chunks fill the
+// threads' tails. On the int8 tiles (prefill) the tokens are packed once for
+// all of them, whatever their formats. Otherwise one matmul per target.
 inline void matmul_shared(std::span<const MatmulTarget> targets, const float* x, std::size_t n, std::size_t ldx,
                           Isa isa = active_isa()) {
   if (n == 0 || targets.empty()) return;
-#ifdef STREAMLLM_HAVE_AVX512_KERNELS
   const DType type = targets[0].w->type;
   const auto k = static_cast<std::size_t>(targets[0].w->cols);
-  const bool fused = isa == Isa::Avx512Bf16Vnni && is_int8_blocks(type) &&
-                     n <= kMaxInt8GemvTokens && std::all_of(targets.begin(), targets.end(), [&](const MatmulTarget& t) {
-                       return t.w->type == type && static_cast<std::size_t>(t.w->cols) == k;
-                     });
+  const bool fused = std::all_of(targets.begin(), targets.end(), [&](const MatmulTarget& t) {
+    return has_int8_gemv(t.w->type, isa) && int8_activation_layout(t.w->type, isa) == int8_activation_layout(type, isa) &&
+           static_cast<std::size_t>(t.w->cols) == k && n <= gemv_token_limit(*t.w, isa);
+  });
   if (fused) {
-    const QuantizedActivations* xa = int8_activations(type, x, ldx, n, k);
+    const QuantizedActivations* xa = decode_activations(type, isa, x, ldx, n, k);
     struct Chunk {
       const MatmulTarget* target;
       std::size_t r0, r1;
@@ -353,13 +379,11 @@ inline void matmul_shared(std::span<const MatmulTarget> targets, const float* x,
     }
     const Chunk* list = chunks.data();  // the workers must not read their own thread_local
     parallel_chunks(chunks.size(), 1, work, [&](std::size_t c0, std::size_t c1) {
-      for (std::size_t c = c0; c < c1; ++c) {
-        const MatmulTarget& t = *list[c].target;
-        gemv_int8_rows(type, list[c].r0, list[c].r1, t.w->data, static_cast<std::size_t>(t.w->row_stride), xa, n, t.y, t.ldy);
-      }
+      for (std::size_t c = c0; c < c1; ++c) gemv_int8_chunk(*list[c].target->w, isa, list[c].r0, list[c].r1, xa, n, list[c].target->y, list[c].target->ldy);
     });
     return;
   }
+#ifdef STREAMLLM_HAVE_AVX512_KERNELS
   const bool shared_tiles = isa == Isa::Avx512Bf16Vnni && k % 2 == 0 &&
                             std::all_of(targets.begin(), targets.end(), [&](const MatmulTarget& t) {
                               return has_int8_tiles(t.w->type) && static_cast<std::size_t>(t.w->cols) == k &&

@@ -121,6 +121,14 @@ STREAMLLM_AVX2 inline void gemv_widen_rows(std::size_t r0, std::size_t r1, const
   }
 }
 
+// Lane j: the sum of the eight lanes of v[j].
+STREAMLLM_AVX2 inline __m256i reduce8(const __m256i (&v)[8]) {
+  const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+  // a: 128-bit lane 0 holds the low halves' sums of v0..v3, lane 1 the high halves'.
+  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
 // ---- Q8_0 / Q4_0 rows x int8 activations (vpmaddubsw) -----------------------
 //
 // vpmaddubsw multiplies unsigned by signed bytes: Q8_0's magnitudes |w| go in
@@ -173,7 +181,40 @@ STREAMLLM_AVX2 inline void int8_block(const typename Row::Block& blk, const Quan
   }
 }
 
-// Rows [r0, r1) against NT tokens.
+// Blocks b..b+7 of a row against NT tokens, added to acc. Their integer sums
+// are reduced to one vector (lane j: block b + j), the unsigned quants'
+// offset taken back from it exactly (kOffset x the activation block's sum),
+// and the eight blocks scaled at once by dw x dx: one convert and one fma
+// where int8_block has eight of each and eight scalar products. Gemv/Q4_0
+// through these kernels on the Zen 5 (STREAMLLM_BENCH_ISA=avx2), one thread,
+// three alternating runs: 12.0-14.6 -> 14.3-18.6 GB/s; Q8_0, nearer the
+// memory's speed, level.
+template <class Row, int NT>
+STREAMLLM_AVX2 inline void int8_blocks8(const typename Row::Block* blk, const QuantizedActivations& xa, std::size_t b,
+                                        __m256 (&acc)[NT]) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256 dw = _mm256_cvtph_ps(_mm_setr_epi16(
+      static_cast<short>(blk[0].d), static_cast<short>(blk[1].d), static_cast<short>(blk[2].d), static_cast<short>(blk[3].d),
+      static_cast<short>(blk[4].d), static_cast<short>(blk[5].d), static_cast<short>(blk[6].d), static_cast<short>(blk[7].d)));
+  for (int t = 0; t < NT; ++t) {
+    const auto tt = static_cast<std::size_t>(t);
+    const std::int8_t* xq = xa.q_row(tt) + 32 * b;
+    __m256i dots[8];
+    for (int j = 0; j < 8; ++j) {
+      const __m256i q = Row::quants(blk[j]);
+      __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * j));
+      if constexpr (Row::kOffset == 0) x = _mm256_sign_epi8(x, q);
+      dots[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(Row::kOffset ? q : _mm256_sign_epi8(q, q), x), ones);
+    }
+    __m256i isum = reduce8(dots);
+    if constexpr (Row::kOffset != 0)
+      isum = _mm256_sub_epi32(isum, _mm256_mullo_epi32(_mm256_set1_epi32(Row::kOffset),
+                                                       _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.sum_row(tt) + b))));
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_loadu_ps(xa.d_row(tt) + b)), acc[t]);
+  }
+}
+
+// Rows [r0, r1) against NT tokens: eight blocks at a time, the rest one by one.
 template <class Row, int NT>
 STREAMLLM_AVX2 inline void gemv_int8_rows(std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
                                           const QuantizedActivations& xa, float* y, std::size_t ldy) {
@@ -181,17 +222,13 @@ STREAMLLM_AVX2 inline void gemv_int8_rows(std::size_t r0, std::size_t r1, const 
   const std::size_t nb = xa.blocks;
   for (std::size_t r = r0; r < r1; ++r) {
     const auto* row = reinterpret_cast<const Block*>(w + r * row_bytes);
-    __m256 acc[2][NT];  // even and odd blocks: two chains per token
+    __m256 acc[NT];
     float corr[NT] = {};
-    for (int t = 0; t < NT; ++t) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
+    for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
     std::size_t b = 0;
-    for (; b + 2 <= nb; b += 2) {
-      int8_block<Row, NT>(row[b], xa, b, acc[0], corr);
-      int8_block<Row, NT>(row[b + 1], xa, b + 1, acc[1], corr);
-    }
-    if (b < nb) int8_block<Row, NT>(row[b], xa, b, acc[0], corr);
-    for (int t = 0; t < NT; ++t)
-      y[static_cast<std::size_t>(t) * ldy + r] = hsum(_mm256_add_ps(acc[0][t], acc[1][t])) - Row::kOffset * corr[t];
+    for (; b + 8 <= nb; b += 8) int8_blocks8<Row, NT>(row + b, xa, b, acc);
+    for (; b < nb; ++b) int8_block<Row, NT>(row[b], xa, b, acc, corr);
+    for (int t = 0; t < NT; ++t) y[static_cast<std::size_t>(t) * ldy + r] = hsum(acc[t]) - Row::kOffset * corr[t];
   }
 }
 
@@ -207,9 +244,10 @@ STREAMLLM_AVX2 inline void gemv_int8_rows(std::size_t r0, std::size_t r1, const 
 // one more vector. Q6_K's quants minus 32 take vpmaddubsw's sign trick, as
 // Q8_0 does; a vector spans two sub-blocks of 16, whose scales fill its halves.
 // (Scaled per block instead: TinyLlama Q4_K_M decode on one thread, two
-// alternating runs, 10.8-11.3 against 13.0-14.3 tok/s. llama.cpp's 21-22
-// comes from activations with one scale per super-block, whose integer sums
-// need no float work per block at all.)
+// alternating runs, 10.8-11.3 against 13.0-14.3 tok/s.) The scales are
+// unpacked as vectors, not one by one: Gemv/Q4_K on the Zen 5 through these
+// kernels, one thread, 13.3-14.0 -> 18.3-18.8 GB/s, TinyLlama Q4_K_M decode
+// 22.2-22.7 -> 28.3-28.9 tok/s; Q6_K 17.2-18.6 -> 17.7-19.6 GB/s.
 
 STREAMLLM_AVX2 inline __m256i kquant_dot(__m256i q_abs, __m256i q_signs, const std::int8_t* xq, __m256i scales16, bool signed_q) {
   __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
@@ -217,20 +255,11 @@ STREAMLLM_AVX2 inline __m256i kquant_dot(__m256i q_abs, __m256i q_signs, const s
   return _mm256_madd_epi16(_mm256_maddubs_epi16(q_abs, x), scales16);
 }
 
-// Lane j: the sum of the eight lanes of v[j].
-STREAMLLM_AVX2 inline __m256i reduce8(const __m256i (&v)[8]) {
-  const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-  const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
-  // a: 128-bit lane 0 holds the low halves' sums of v0..v3, lane 1 the high halves'.
-  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
-}
-
 // Super-block sb of a Q4_K row against NT tokens.
 template <int NT>
 STREAMLLM_AVX2 inline void q4k_super_block(const quant::BlockQ4K& b, const QuantizedActivations& xa, std::size_t sb,
                                            __m256 (&acc)[NT]) {
   const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d)), dmin = _mm256_set1_ps(_cvtsh_ss(b.dmin));
-  alignas(32) std::int32_t mins[8];
   __m256i q[8], scales16[8];
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   for (int c = 0; c < 4; ++c) {
@@ -238,13 +267,13 @@ STREAMLLM_AVX2 inline void q4k_super_block(const quant::BlockQ4K& b, const Quant
     q[2 * c] = _mm256_and_si256(v, m4);
     q[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
   }
-  for (int j = 0; j < 8; ++j) {
-    std::uint8_t sc, m;
-    quant::q4k_scale_min(j, b.scales, sc, m);
-    scales16[j] = _mm256_set1_epi16(sc);
-    mins[j] = m;
-  }
-  const __m256 dmin_m = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(mins))));
+  // The eight scales as int16 in each half, sub-block j's spread over a
+  // vector by one byte shuffle; mins widened to float.
+  const quant::Q4KScalesMins p = quant::q4k_scales_mins_bytes(b.scales);
+  const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(p.scales))));
+  for (int j = 0; j < 8; ++j) scales16[j] = _mm256_shuffle_epi8(sc, _mm256_set1_epi16(static_cast<short>(0x0202 * j + 0x0100)));
+  const __m256 dmin_m =
+      _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(p.mins)))));
   for (int t = 0; t < NT; ++t) {
     const auto tt = static_cast<std::size_t>(t);
     const std::int8_t* xq = xa.q_row(tt) + 256 * sb;
@@ -274,12 +303,19 @@ STREAMLLM_AVX2 inline void q6k_super_block(const quant::BlockQ6K& b, const Quant
     q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hi, m30));
     q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(hi, 2), m30));
   }
+  // The sixteen scales as int16, the first eight in both halves of `lo`, the
+  // last eight in both of `hi`: block j's two sub-blocks of 16 (scales 2j and
+  // 2j + 1) fill its vector's halves by one byte shuffle.
+  const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
+  const __m256i lo = _mm256_permute2x128_si256(s16, s16, 0x00), hi = _mm256_permute2x128_si256(s16, s16, 0x11);
   __m256i q_abs[8];
   for (int j = 0; j < 8; ++j) {
     q[j] = _mm256_sub_epi8(q[j], off);  // -32..31
     q_abs[j] = _mm256_sign_epi8(q[j], q[j]);
-    // Block j's two sub-blocks of 16: scales 2j and 2j + 1.
-    scales16[j] = _mm256_set_m128i(_mm_set1_epi16(b.scales[2 * j + 1]), _mm_set1_epi16(b.scales[2 * j]));
+    const int k = 2 * (j % 4);  // int16 lanes k and k + 1 of lo or hi
+    const __m256i pick = _mm256_set_m128i(_mm_set1_epi16(static_cast<short>(0x0202 * (k + 1) + 0x0100)),
+                                          _mm_set1_epi16(static_cast<short>(0x0202 * k + 0x0100)));
+    scales16[j] = _mm256_shuffle_epi8(j < 4 ? lo : hi, pick);
   }
   for (int t = 0; t < NT; ++t) {
     const auto tt = static_cast<std::size_t>(t);

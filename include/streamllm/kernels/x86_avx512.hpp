@@ -718,15 +718,10 @@ STREAMLLM_AVX512 inline void gemv_int8_rows(std::size_t r0, std::size_t r1, cons
 // offset is taken back per lane, 32 times the sum of its 4 activations.
 
 // The 8 scales (times d, in lanes 0-7) and mins (times dmin) of a Q4_K block,
-// from their 6-bit packing (quant::q4k_scale_min, four at a time).
+// from their 6-bit packing.
 STREAMLLM_AVX512 inline void q4k_scales_mins(const quant::BlockQ4K& b, __m512& scales, __m256& mins) {
-  std::uint32_t s[3];
-  std::memcpy(s, b.scales, sizeof s);
-  const std::uint32_t sc_lo = s[0] & 0x3f3f3f3f, m_lo = s[1] & 0x3f3f3f3f;
-  const std::uint32_t sc_hi = (s[2] & 0x0f0f0f0f) | (((s[0] >> 6) & 0x03030303) << 4);
-  const std::uint32_t m_hi = ((s[2] >> 4) & 0x0f0f0f0f) | (((s[1] >> 6) & 0x03030303) << 4);
-  const __m128i sc = _mm_set_epi32(0, 0, static_cast<int>(sc_hi), static_cast<int>(sc_lo));
-  const __m128i m = _mm_set_epi32(0, 0, static_cast<int>(m_hi), static_cast<int>(m_lo));
+  const quant::Q4KScalesMins p = quant::q4k_scales_mins_bytes(b.scales);
+  const __m128i sc = _mm_cvtsi64_si128(static_cast<long long>(p.scales)), m = _mm_cvtsi64_si128(static_cast<long long>(p.mins));
   scales = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b.d)), _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc)));
   mins = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.dmin)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m)));
 }

@@ -72,6 +72,20 @@ inline void q4k_scale_min(int j, const std::uint8_t* s, std::uint8_t& sc, std::u
   }
 }
 
+// All eight at once, with 32-bit words: byte j of `scales` and of `mins` is
+// sub-block j's (on a little-endian CPU; the SIMD kernels' use).
+struct Q4KScalesMins {
+  std::uint64_t scales, mins;
+};
+inline Q4KScalesMins q4k_scales_mins_bytes(const std::uint8_t* s) {
+  std::uint32_t w[3];
+  std::memcpy(w, s, sizeof w);
+  const std::uint32_t sc_lo = w[0] & 0x3f3f3f3f, m_lo = w[1] & 0x3f3f3f3f;
+  const std::uint32_t sc_hi = (w[2] & 0x0f0f0f0f) | (((w[0] >> 6) & 0x03030303) << 4);
+  const std::uint32_t m_hi = ((w[2] >> 4) & 0x0f0f0f0f) | (((w[1] >> 6) & 0x03030303) << 4);
+  return {sc_lo | std::uint64_t{sc_hi} << 32, m_lo | std::uint64_t{m_hi} << 32};
+}
+
 inline void dequantize(const BlockQ4K& b, float* y) {
   const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
   const std::uint8_t* q = b.qs;
