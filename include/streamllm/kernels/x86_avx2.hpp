@@ -154,10 +154,16 @@ struct Q8_0Row {
 struct Q4_0Row {
   using Block = quant::BlockQ4_0;
   static constexpr int kOffset = 8;
-  // Element j in the low nibble of byte j, element j + 16 in the high one.
+  // Element j in the low nibble of byte j, element j + 16 in the high one:
+  // the 16 bytes in both halves, the upper half's 64-bit lanes shifted right
+  // by 4, then every byte masked to its low nibble (the bits a shift carries
+  // in from the next byte are masked off). Three instructions, not five:
+  // Gemv/Q4_0 on the Zen 5 through these kernels, 1 thread, three
+  // alternating runs, 14.0-18.1 -> 14.7-21.5 GB/s (TinyLlama Q4_0 decode
+  // level within the host's noise, 23.0-23.2 against 23.1-24.1 tok/s).
   STREAMLLM_AVX2 static __m256i quants(const Block& b) {
-    const __m128i p = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs)), m = _mm_set1_epi8(0x0F);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(p, 4), m), _mm_and_si128(p, m));
+    const __m256i p = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs)));
+    return _mm256_and_si256(_mm256_srlv_epi64(p, _mm256_set_epi64x(4, 4, 0, 0)), _mm256_set1_epi8(0x0F));
   }
 };
 
