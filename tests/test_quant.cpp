@@ -150,7 +150,7 @@ TEST_CASE("typed matrix kernels equal the exact product, on both paths and every
           const bool kquant = t == DType::Q4_K || t == DType::Q6_K;
           const bool int8_acts = (int8_type && (n <= limit || isa == k::Isa::Avx512Bf16Vnni))  // int8 gemv or int8 tiles
                                  || (kquant && isa == k::Isa::Avx512Bf16Vnni)                   // the K-quants' VNNI gemv and tiles
-                                 || (kquant && isa == k::Isa::Avx2 && n <= limit);               // and their AVX2 gemv
+                                 || ((kquant || t == DType::Q4_0) && isa == k::Isa::Avx2);      // AVX2 gemv and int8 tiles
           const bool bf16_tiles = n > limit && isa == k::Isa::Avx512Bf16Vnni && path.bf16_tiles && t == DType::BF16;
           const float rel = int8_acts ? 0x1p-6f : bf16_tiles ? 0x1p-7f : 1e-5f;
           for (std::size_t j = 0; j < n; ++j)
@@ -223,14 +223,18 @@ TEST_CASE("interleaved Q8_0 / Q4_0 rows hold the same blocks: round trip, dequan
     }
 }
 
-TEST_CASE("the VNNI kernels equal their portable twins, which do the same integer arithmetic", "[quant][kernels]") {
-  if (!has_fast_path()) {
-    SUCCEED("no AVX-512 VNNI here: the portable path is the only one");
+TEST_CASE("the VNNI and AVX2 int8 kernels of Q8_0 / Q4_0 equal their portable twins, which do the same integer arithmetic",
+          "[quant][kernels]") {
+  if (!has_fast_path() && !has_avx2_path()) {
+    SUCCEED("neither AVX-512 VNNI nor AVX2 here: the portable path is the only one");
     return;
   }
-  // Each type in the file's layout and interleaved (the fast one's view), the
-  // twin always on the file's.
+  // Each type in the file's layout and interleaved (the VNNI path's view),
+  // the twin always on the file's. AVX2 takes the file's layout: its gemv
+  // for both, its int8 tiles for Q4_0 (Q8_0's many tokens go to f32 tiles).
+  for (const k::Isa isa : {k::Isa::Avx512Bf16Vnni, k::Isa::Avx2})
   for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q8_0x16, DType::Q4_0x16}) {
+    if (!can_run(isa) || (isa == k::Isa::Avx2 && quant::is_interleaved(t))) continue;
     for (std::int64_t cols : {32, 96, 2048, 1024 + 96}) {
       const std::int64_t rows = 9;
       const auto weights = normal(static_cast<std::size_t>(rows * cols), 6, 0.05f);
@@ -238,9 +242,11 @@ TEST_CASE("the VNNI kernels equal their portable twins, which do the same intege
       // Every path: one token, the batched gemv (up to 16), the int8 tiles
       // (beyond), with partial tiles of tokens.
       for (std::size_t n : {1, 2, 3, 4, 5, 8, 9, 16, 17, 31, 32, 33, 70}) {
+        if (isa == k::Isa::Avx2 && t == DType::Q8_0 && n > k::gemv_token_limit(m.view, isa)) break;
         const auto x = normal(n * static_cast<std::size_t>(cols), 7);
         std::vector<float> fast(n * static_cast<std::size_t>(rows)), twin(fast.size());
-        k::matmul(fast_m.view, x.data(), n, static_cast<std::size_t>(cols), fast.data(), static_cast<std::size_t>(rows), k::Isa::Avx512Bf16Vnni);
+        k::matmul(isa == k::Isa::Avx2 ? m.view : fast_m.view, x.data(), n, static_cast<std::size_t>(cols), fast.data(),
+                  static_cast<std::size_t>(rows), isa);
         // The twin: int8 activations and per-block integer dot products, in scalar code.
         k::QuantizedActivations xa;
         k::quantize_activations(x.data(), static_cast<std::size_t>(cols), n, static_cast<std::size_t>(cols), xa);
@@ -249,7 +255,7 @@ TEST_CASE("the VNNI kernels equal their portable twins, which do the same intege
         else
           k::portable::gemv_q4_0(m.view, xa, n, twin.data(), static_cast<std::size_t>(rows), 0, static_cast<std::size_t>(rows));
         for (std::size_t i = 0; i < fast.size(); ++i) {
-          INFO(dtype_name(t) << " cols " << cols << " n " << n << " output " << i);
+          INFO(dtype_name(t) << " cols " << cols << " n " << n << " isa " << k::to_string(isa) << " output " << i);
           REQUIRE(fast[i] == Approx(twin[i]).epsilon(1e-5).margin(1e-5));
         }
       }
@@ -257,7 +263,7 @@ TEST_CASE("the VNNI kernels equal their portable twins, which do the same intege
   }
 }
 
-TEST_CASE("the K-quant int8 kernels (VNNI gemv and tiles, AVX2 gemv) equal their portable twin, which does the same integer arithmetic",
+TEST_CASE("the K-quant int8 kernels (VNNI and AVX2, gemv and tiles) equal their portable twin, which does the same integer arithmetic",
           "[quant][kernels]") {
   if (!has_fast_path() && !has_avx2_path()) {
     SUCCEED("neither AVX-512 VNNI nor AVX2 here: the portable path is the only one");
@@ -270,12 +276,11 @@ TEST_CASE("the K-quant int8 kernels (VNNI gemv and tiles, AVX2 gemv) equal their
       const std::int64_t rows = 70;
       const Matrix m(t, normal(static_cast<std::size_t>(rows * cols), 6, 0.05f), rows, cols);
       REQUIRE(k::gemv_token_limit(m.view, k::Isa::Avx512Bf16Vnni) < 5);
-      // The gemv up to its limit, then the tiles (AVX-512): partial, whole and
-      // several groups of 32 tokens. AVX2 has the gemv only.
+      // The gemv up to its limit, then the tiles: partial, whole and several
+      // groups of tokens (32 per group on AVX-512, 16 on AVX2).
       for (const k::Isa isa : {k::Isa::Avx512Bf16Vnni, k::Isa::Avx2}) {
         if (!can_run(isa)) continue;
         for (std::size_t n : {1, 2, 3, 4, 5, 17, 32, 33, 70}) {
-          if (isa == k::Isa::Avx2 && n > k::gemv_token_limit(m.view, isa)) break;
           const auto x = normal(n * static_cast<std::size_t>(cols), 7);
           std::vector<float> fast(n * static_cast<std::size_t>(rows)), twin(fast.size());
           k::matmul(m.view, x.data(), n, static_cast<std::size_t>(cols), fast.data(), static_cast<std::size_t>(rows), isa);

@@ -19,6 +19,7 @@
 // the activation block's sum, d x sum of its quants, packed beside its scales.
 #pragma once
 
+#include "streamllm/kernels/int8_tile_format.hpp"
 #include "streamllm/kernels/x86_avx512.hpp"
 
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
@@ -54,24 +55,7 @@ inline constexpr std::size_t kInt8Tok = 32;
 inline constexpr std::size_t kInt8QuadBytes = 8 * kInt8Tok * 4;
 inline constexpr std::size_t kInt8BlockBytes = kInt8QuadBytes + 2 * kInt8Tok * sizeof(float);
 
-// How a weight type's blocks of 32 enter the tiles: Split scales (and
-// corrections) per block, each for 32 / Split weights, and with Mins an
-// offset per block that multiplies the activations' block sum.
-template <std::size_t Split, bool Mins>
-struct Int8Format {
-  static constexpr std::size_t kSplit = Split;
-  static constexpr bool kMins = Mins;
-  // A weight row of a kc-column block as the micro-kernel reads it: kc signed
-  // bytes, kc/32 x Split float scales, as many int32 corrections, then (Mins)
-  // kc/32 float offsets.
-  static constexpr std::size_t row_bytes(std::size_t kc) { return kc + (kc / 32) * (8 * Split + (Mins ? 4 : 0)); }
-  static constexpr std::size_t scales_at(std::size_t kc) { return kc; }
-  static constexpr std::size_t corrections_at(std::size_t kc) { return kc + (kc / 32) * 4 * Split; }
-  static constexpr std::size_t mins_at(std::size_t kc) { return kc + (kc / 32) * 8 * Split; }
-};
-using Int8Blocks = Int8Format<1, false>;  // Q8_0, Q4_0 (and their interleaved rows)
-using Int8Q4K = Int8Format<1, true>;
-using Int8Q6K = Int8Format<2, false>;
+// The weight rows' layout: Int8Format (int8_tile_format.hpp).
 
 STREAMLLM_AVX512 inline float load_f32(const std::byte* p) {
   float v;

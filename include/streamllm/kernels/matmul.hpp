@@ -33,6 +33,7 @@
 #include "streamllm/kernels/cpu_features.hpp"
 #include "streamllm/kernels/gemm.hpp"
 #include "streamllm/kernels/gemm_int8.hpp"
+#include "streamllm/kernels/gemm_int8_avx2.hpp"
 #include "streamllm/kernels/gemv_f32.hpp"
 #include "streamllm/kernels/gemv_typed.hpp"
 #include "streamllm/kernels/threading.hpp"
@@ -287,13 +288,26 @@ struct DequantRowsF32 {
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
 // The int8 tiles of w (a type with has_int8_tiles) over tokens packed for
 // them: every weight format takes the same packed activations.
-using GemmInt8Tokens = avx512::GemmInt8<avx512::Int8Blocks>;
+using GemmInt8Tokens = avx512::GemmInt8<Int8Blocks>;
 inline void gemm_int8_packed(const TensorView& w, const std::uint8_t* xp, std::size_t n, float* y, std::size_t ldy) {
   using namespace avx512;
   const auto m = static_cast<std::size_t>(w.rows), k = static_cast<std::size_t>(w.cols);
   if (w.type == DType::Q4_K) return gemm_packed<GemmInt8<Int8Q4K>>(Int8Rows<Int8Q4K>{&w}, m, k, xp, n, y, ldy);
   if (w.type == DType::Q6_K) return gemm_packed<GemmInt8<Int8Q6K>>(Int8Rows<Int8Q6K>{&w}, m, k, xp, n, y, ldy);
   gemm_packed<GemmInt8<Int8Blocks>>(Int8Rows<Int8Blocks>{&w}, m, k, xp, n, y, ldy);
+}
+#endif
+
+#ifdef STREAMLLM_HAVE_AVX2_KERNELS
+// The AVX2 int8 tiles of w (avx2::has_int8_tiles) over tokens packed for
+// them; a run of Run quads' pair sums stays within int16 (gemm_int8_avx2.hpp).
+using Avx2Int8Tokens = avx2::GemmInt8<Int8Blocks, 8>;
+inline void gemm_int8_packed_avx2(const TensorView& w, const std::uint8_t* xp, std::size_t n, float* y, std::size_t ldy) {
+  using namespace avx2;
+  const auto m = static_cast<std::size_t>(w.rows), k = static_cast<std::size_t>(w.cols);
+  if (w.type == DType::Q4_K) return gemm_packed<GemmInt8<Int8Q4K, 4>>(Int8Rows<Int8Q4K>{&w}, m, k, xp, n, y, ldy);
+  if (w.type == DType::Q6_K) return gemm_packed<GemmInt8<Int8Q6K, 2>>(Int8Rows<Int8Q6K>{&w}, m, k, xp, n, y, ldy);
+  gemm_packed<GemmInt8<Int8Blocks, 8>>(Int8Rows<Int8Blocks>{&w}, m, k, xp, n, y, ldy);
 }
 #endif
 
@@ -316,6 +330,10 @@ inline void gemm_typed(const TensorView& w, const float* x, std::size_t n, std::
       return gemm<avx512::GemmBf16>(CopyRows<std::uint16_t>{reinterpret_cast<const std::uint16_t*>(w.data), k}, m, k,
                                     x, ldx, n, y, ldy);
   }
+#endif
+#ifdef STREAMLLM_HAVE_AVX2_KERNELS
+  if (isa == Isa::Avx2 && avx2::has_int8_tiles(w.type))
+    return gemm_int8_packed_avx2(w, pack_tokens<Avx2Int8Tokens>(x, ldx, n, k), n, y, ldy);
 #endif
   gemm<GemmF32>(DequantRowsF32{&w, false}, m, k, x, ldx, n, y, ldy);
 }
@@ -392,6 +410,16 @@ inline void matmul_shared(std::span<const MatmulTarget> targets, const float* x,
   if (shared_tiles) {
     const std::uint8_t* xp = pack_tokens<GemmInt8Tokens>(x, ldx, n, k);
     for (const MatmulTarget& t : targets) gemm_int8_packed(*t.w, xp, n, t.y, t.ldy);
+    return;
+  }
+#endif
+#ifdef STREAMLLM_HAVE_AVX2_KERNELS
+  const bool avx2_tiles = isa == Isa::Avx2 && std::all_of(targets.begin(), targets.end(), [&](const MatmulTarget& t) {
+    return avx2::has_int8_tiles(t.w->type) && static_cast<std::size_t>(t.w->cols) == k && n > gemv_token_limit(*t.w, isa);
+  });
+  if (avx2_tiles) {
+    const std::uint8_t* xp = pack_tokens<Avx2Int8Tokens>(x, ldx, n, k);
+    for (const MatmulTarget& t : targets) gemm_int8_packed_avx2(*t.w, xp, n, t.y, t.ldy);
     return;
   }
 #endif

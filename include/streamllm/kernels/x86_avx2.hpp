@@ -255,6 +255,32 @@ STREAMLLM_AVX2 inline void gemv_int8_rows(std::size_t r0, std::size_t r1, const 
 // kernels, one thread, 13.3-14.0 -> 18.3-18.8 GB/s, TinyLlama Q4_K_M decode
 // 22.2-22.7 -> 28.3-28.9 tok/s; Q6_K 17.2-18.6 -> 17.7-19.6 GB/s.
 
+// A Q4_K super-block's nibbles as bytes 0..15, q[j] = elements 32j..32j+31.
+STREAMLLM_AVX2 inline void q4k_quants(const quant::BlockQ4K& b, __m256i (&q)[8]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (int c = 0; c < 4; ++c) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * c));
+    q[2 * c] = _mm256_and_si256(v, m4);
+    q[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+  }
+}
+
+// A Q6_K super-block's quants as bytes 0..63 (before the -32), q[j] =
+// elements 32j..32j+31: q[4h + c] holds 128h + 32c + i (the layout
+// gemv_kquant_int8 spells out).
+STREAMLLM_AVX2 inline void q6k_quants(const quant::BlockQ6K& b, __m256i (&q)[8]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+  for (int h = 0; h < 2; ++h) {
+    const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h));
+    const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h + 32));
+    const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h));
+    q[4 * h] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hi, 4), m30));
+    q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hi, 2), m30));
+    q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hi, m30));
+    q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(hi, 2), m30));
+  }
+}
+
 STREAMLLM_AVX2 inline __m256i kquant_dot(__m256i q_abs, __m256i q_signs, const std::int8_t* xq, __m256i scales16, bool signed_q) {
   __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
   if (signed_q) x = _mm256_sign_epi8(x, q_signs);
@@ -267,12 +293,7 @@ STREAMLLM_AVX2 inline void q4k_super_block(const quant::BlockQ4K& b, const Quant
                                            __m256 (&acc)[NT]) {
   const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d)), dmin = _mm256_set1_ps(_cvtsh_ss(b.dmin));
   __m256i q[8], scales16[8];
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  for (int c = 0; c < 4; ++c) {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * c));
-    q[2 * c] = _mm256_and_si256(v, m4);
-    q[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-  }
+  q4k_quants(b, q);
   // The eight scales as int16 in each half, sub-block j's spread over a
   // vector by one byte shuffle; mins widened to float.
   const quant::Q4KScalesMins p = quant::q4k_scales_mins_bytes(b.scales);
@@ -297,18 +318,9 @@ template <int NT>
 STREAMLLM_AVX2 inline void q6k_super_block(const quant::BlockQ6K& b, const QuantizedActivations& xa, std::size_t sb,
                                            __m256 (&acc)[NT]) {
   const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), off = _mm256_set1_epi8(32);
+  const __m256i off = _mm256_set1_epi8(32);
   __m256i q[8], scales16[8];
-  for (int h = 0; h < 2; ++h) {
-    const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h));
-    const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h + 32));
-    const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h));
-    // Elements 128h + 32c + i, c = 0..3 (the layout gemv_kquant_int8 spells out).
-    q[4 * h] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hi, 4), m30));
-    q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hi, 2), m30));
-    q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hi, m30));
-    q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(hi, 2), m30));
-  }
+  q6k_quants(b, q);
   // The sixteen scales as int16, the first eight in both halves of `lo`, the
   // last eight in both of `hi`: block j's two sub-blocks of 16 (scales 2j and
   // 2j + 1) fill its vector's halves by one byte shuffle.
