@@ -1,21 +1,26 @@
 // Int8 tiled matrix-matrix product (prefill) on AVX2 CPUs, for Q4_0, Q4_K
 // and Q6_K weights: vpmaddubsw multiplies 32 byte pairs per instruction, so
 // quantised prefill runs on the integer units instead of dequantising every
-// weight to f32 (on the Zen 5 through AVX2 code, TinyLlama Q4_0 prefill, one
-// thread, went from llama.cpp's speed to about twice it; docs/performance.md).
+// weight to f32. Through these kernels on the Zen 5 (one thread, TinyLlama),
+// Q4_0 prefill went from 43 to 63-76 tok/s and Q4_K_M to 55-80, where an
+// AVX2 build of llama.cpp runs 43-45 and 22-34 (docs/performance.md).
 //
 // The layout of the AVX-512 tiles (gemm_int8.hpp): tokens along the lanes,
 // weight rows along registers, one weight quad (4 bytes) broadcast per row
-// and step; the weight rows are unpacked once per block into Int8Format's
-// layout, the activations quantised per token and block and stored unsigned
-// (q + 128), which the weights' correction (-128 x the block's sum) cancels.
+// and step, each weight row unpacked once per block into Int8Format's layout.
+// vpmaddubsw multiplies unsigned bytes with signed ones: here the weights are
+// the unsigned operand, as they are stored (Q4_0 and Q4_K nibbles 0..15,
+// Q6_K quants 0..63), and the activations, quantised per token and block as
+// for decode, the signed one. The stored offset (Q4_0 8, Q6_K 32) is taken
+// back per block as offset x the token's sum of quants, which is the same for
+// every row, so the rows carry no corrections.
 //
-// vpmaddubsw saturates its pair sums at 32767, and a pair of unsigned
-// activations (up to 255) with Q8_0's weights (up to 127) can pass it: Q8_0
-// stays on the f32 tiles. With the small weights of the others a pair stays
-// far below it, so the int16 pair sums of Run quads are added before they are
-// widened (vpmaddwd) to int32: Q4_0 (|q| <= 8) 8 quads, 8 x 2 x 255 x 8 =
-// 32640; Q4_K (q <= 15) 4 quads, 30600; Q6_K (|q - 32| <= 32) 2, 32640.
+// vpmaddubsw saturates its pair sums at 32767: Q8_0's weights (up to 127
+// either way) would need the sign trick, which costs as much as the f32 tiles
+// it would replace, so Q8_0 stays on those. With the others a pair stays far
+// below it, and the int16 pair sums of Run quads are added before they are
+// widened (vpmaddwd) to int32: Q4_0 and Q4_K (q <= 15) 8 quads, 8 x 2 x 15 x
+// 127 = 30480; Q6_K (q <= 63) 2 quads, 2 x 2 x 63 x 127 = 32004.
 #pragma once
 
 #include "streamllm/kernels/int8_tile_format.hpp"
@@ -30,6 +35,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "streamllm/error.hpp"
@@ -42,11 +48,14 @@
 namespace streamllm::kernels::avx2 {
 
 // Packed activations of one group of 16 tokens, per 32-block of k: eight
-// quads of 16 tokens x 4 unsigned bytes (512 B), the 16 scales d, then the
-// 16 products d x (sum of the block's quants), which Q4_K's mins multiply.
+// quads of 16 tokens x 4 signed bytes (512 B), the 16 scales d, the 16
+// products d x (sum of the block's quants), which Q4_K's mins multiply, then
+// the sums of the block's first and last 16 quants (16 int32 each), which
+// the weights' offsets multiply.
 inline constexpr std::size_t kInt8Tok = 16;
 inline constexpr std::size_t kInt8QuadBytes = 8 * kInt8Tok * 4;
-inline constexpr std::size_t kInt8BlockBytes = kInt8QuadBytes + 2 * kInt8Tok * sizeof(float);
+inline constexpr std::size_t kInt8SumsAt = kInt8QuadBytes + 2 * kInt8Tok * sizeof(float);
+inline constexpr std::size_t kInt8BlockBytes = kInt8SumsAt + 2 * kInt8Tok * sizeof(std::int32_t);
 
 // The types these tiles take.
 constexpr bool has_int8_tiles(DType t) { return t == DType::Q4_0 || t == DType::Q4_K || t == DType::Q6_K; }
@@ -59,13 +68,15 @@ STREAMLLM_AVX2 inline T load_scalar(const std::byte* p) {
 }
 
 // MR rows x 16 tokens: c[i][0..16) (+)= row i's products with the tokens.
-template <class Format, std::size_t Run, std::size_t MR>
+// Offset: what the unsigned quants hold above the signed ones (Q4_0 8, Q6_K
+// 32, Q4_K none), taken back as Offset x the tokens' block (or half) sums.
+template <class Format, std::size_t Run, int Offset, std::size_t MR>
 STREAMLLM_AVX2 inline void gemm_int8_micro(const std::byte* w, std::size_t ldw, const std::uint8_t* xp, std::size_t kc, float* c,
                                            std::size_t ldc, bool accumulate) {
   constexpr std::size_t kSplit = Format::kSplit, kQuads = 8 / kSplit;
   static_assert(kQuads % Run == 0);
   const std::size_t nb = kc / 32;
-  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i ones = _mm256_set1_epi16(1), offset = _mm256_set1_epi32(-Offset);
   __m256 acc0[MR], acc1[MR];
   for (std::size_t i = 0; i < MR; ++i) {
     acc0[i] = accumulate ? _mm256_loadu_ps(c + i * ldc) : _mm256_setzero_ps();
@@ -75,18 +86,27 @@ STREAMLLM_AVX2 inline void gemm_int8_micro(const std::byte* w, std::size_t ldw, 
     const std::uint8_t* xb = xp + b * kInt8BlockBytes;
     const auto* dx = reinterpret_cast<const float*>(xb + kInt8QuadBytes);
     const __m256 dx0 = _mm256_load_ps(dx), dx1 = _mm256_load_ps(dx + 8);
+    // The offsets' share of each part's integer sums, the same for every row.
+    __m256i corr0[kSplit], corr1[kSplit];
+    const auto* sums = reinterpret_cast<const __m256i*>(xb + kInt8SumsAt);  // halves: lo 0-7, 8-15, hi 0-7, 8-15
+    for (std::size_t h = 0; h < kSplit; ++h) {
+      const __m256i h0 = kSplit == 1 ? _mm256_add_epi32(_mm256_load_si256(sums), _mm256_load_si256(sums + 2)) : _mm256_load_si256(sums + 2 * h);
+      const __m256i h1 = kSplit == 1 ? _mm256_add_epi32(_mm256_load_si256(sums + 1), _mm256_load_si256(sums + 3)) : _mm256_load_si256(sums + 2 * h + 1);
+      corr0[h] = _mm256_mullo_epi32(h0, offset);
+      corr1[h] = _mm256_mullo_epi32(h1, offset);
+    }
     for (std::size_t i = 0; i < MR; ++i) {
       const std::byte* wi = w + i * ldw;
       for (std::size_t h = 0; h < kSplit; ++h) {
         const std::size_t s = b * kSplit + h;  // the scale's index in the row
-        __m256i s0 = _mm256_set1_epi32(load_scalar<std::int32_t>(wi + Format::corrections_at(kc) + 4 * s)), s1 = s0;
+        __m256i s0 = corr0[h], s1 = corr1[h];
         for (std::size_t j0 = h * kQuads; j0 < (h + 1) * kQuads; j0 += Run) {
           __m256i t0 = _mm256_setzero_si256(), t1 = t0;
           for (std::size_t j = j0; j < j0 + Run; ++j) {
             const __m256i wb = _mm256_set1_epi32(load_scalar<std::int32_t>(wi + 32 * b + 4 * j));
             const auto* xq = reinterpret_cast<const __m256i*>(xb + 64 * j);
-            t0 = _mm256_add_epi16(t0, _mm256_maddubs_epi16(_mm256_load_si256(xq), wb));
-            t1 = _mm256_add_epi16(t1, _mm256_maddubs_epi16(_mm256_load_si256(xq + 1), wb));
+            t0 = _mm256_add_epi16(t0, _mm256_maddubs_epi16(wb, _mm256_load_si256(xq)));
+            t1 = _mm256_add_epi16(t1, _mm256_maddubs_epi16(wb, _mm256_load_si256(xq + 1)));
           }
           s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(t0, ones));
           s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(t1, ones));
@@ -126,38 +146,21 @@ inline void pack_group_int8(const float* x, std::size_t ldx, std::size_t n, std:
       } else {
         std::fill(q, q + 32, std::int8_t{0});
       }
-      for (std::size_t j = 0; j < 8; ++j)
-        for (std::size_t e = 0; e < 4; ++e) blk[64 * j + 4 * t + e] = static_cast<std::uint8_t>(q[4 * j + e] ^ 0x80);
+      std::int32_t halves[2] = {0, 0};
+      for (std::size_t e = 0; e < 32; ++e) halves[e / 16] += q[e];
+      for (std::size_t j = 0; j < 8; ++j) std::memcpy(blk + 64 * j + 4 * t, q + 4 * j, 4);
       std::memcpy(blk + kInt8QuadBytes + 4 * t, &d, 4);
       std::memcpy(blk + kInt8QuadBytes + 4 * kInt8Tok + 4 * t, &dsum, 4);
+      std::memcpy(blk + kInt8SumsAt + 4 * t, &halves[0], 4);
+      std::memcpy(blk + kInt8SumsAt + 4 * kInt8Tok + 4 * t, &halves[1], 4);
     }
   }
 }
 
-// Sums of v's unsigned bytes in runs of 16 (low half, high half).
-STREAMLLM_AVX2 inline std::pair<std::int32_t, std::int32_t> byte_sums16(__m256i v) {
-  alignas(32) std::uint64_t s[4];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(s), _mm256_sad_epu8(v, _mm256_setzero_si256()));
-  return {static_cast<std::int32_t>(s[0] + s[1]), static_cast<std::int32_t>(s[2] + s[3])};
-}
-
-// Stores a 32-weight block of unsigned quants u as signed bytes u - offset,
-// with per part (Split of them) its scale and correction -128 x sum.
-template <std::size_t Split>
-STREAMLLM_AVX2 inline void store_block(__m256i u, int offset, const float (&scale)[Split], std::int8_t* q, std::byte* scales,
-                                       std::byte* corrections) {
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), _mm256_sub_epi8(u, _mm256_set1_epi8(static_cast<char>(offset))));
-  const auto [lo, hi] = byte_sums16(u);
-  const std::int32_t sums[2] = {lo - 16 * offset, hi - 16 * offset};
-  for (std::size_t h = 0; h < Split; ++h) {
-    const std::int32_t corr = -128 * (Split == 1 ? sums[0] + sums[1] : sums[h]);
-    std::memcpy(scales + 4 * h, &scale[h], 4);
-    std::memcpy(corrections + 4 * h, &corr, 4);
-  }
-}
-
 // Rows of Q4_0, Q4_K or Q6_K weights unpacked a block at a time into
-// Format's layout: Q4_0 as Int8Blocks, Q4_K as Int8Q4K, Q6_K as Int8Q6K.
+// Format's layout: Q4_0 as Int8Blocks, Q4_K as Int8Q4K, Q6_K as Int8Q6K,
+// each quant as the unsigned byte it is stored as (the micro-kernel takes the
+// offset back); the layout's corrections are not used here.
 template <class Format>
 struct Int8Rows {
   const TensorView* w;
@@ -177,13 +180,13 @@ struct Int8Rows {
       std::byte* o = out + i * ld;
       auto* q = reinterpret_cast<std::int8_t*>(o);
       std::byte* scales = o + Format::scales_at(kc);
-      std::byte* corrections = o + Format::corrections_at(kc);
       const std::byte* src = w->row(static_cast<std::int64_t>(r0 + i)) + row_bytes(type, static_cast<std::int64_t>(k0));
       if (type == DType::Q4_0) {
         for (std::size_t b = 0; b < nb; ++b) {
           const auto& blk = reinterpret_cast<const quant::BlockQ4_0*>(src)[b];
-          const float d[1] = {_cvtsh_ss(blk.d)};
-          store_block<1>(Q4_0Row::quants(blk), 8, d, q + 32 * b, scales + 4 * b, corrections + 4 * b);
+          const float d = _cvtsh_ss(blk.d);
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b), Q4_0Row::quants(blk));
+          std::memcpy(scales + 4 * b, &d, 4);
         }
         continue;
       }
@@ -195,10 +198,11 @@ struct Int8Rows {
           const quant::Q4KScalesMins p = quant::q4k_scales_mins_bytes(blk.scales);
           const float d = _cvtsh_ss(blk.d), dmin = _cvtsh_ss(blk.dmin);
           for (std::size_t j = 0; j < 8; ++j) {
-            const float sc[1] = {d * static_cast<float>((p.scales >> (8 * j)) & 0xFF)};
+            const float sc = d * static_cast<float>((p.scales >> (8 * j)) & 0xFF);
             const float min = -dmin * static_cast<float>((p.mins >> (8 * j)) & 0xFF);
             const std::size_t b = 8 * sb + j;
-            store_block<1>(u[j], 0, sc, q + 32 * b, scales + 4 * b, corrections + 4 * b);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b), u[j]);
+            std::memcpy(scales + 4 * b, &sc, 4);
             std::memcpy(o + Format::mins_at(kc) + 4 * b, &min, 4);
           }
         } else {
@@ -208,7 +212,8 @@ struct Int8Rows {
           for (std::size_t j = 0; j < 8; ++j) {
             const float sc[2] = {d * static_cast<float>(blk.scales[2 * j]), d * static_cast<float>(blk.scales[2 * j + 1])};
             const std::size_t b = 8 * sb + j;
-            store_block<2>(u[j], 32, sc, q + 32 * b, scales + 8 * b, corrections + 8 * b);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b), u[j]);
+            std::memcpy(scales + 8 * b, sc, 8);
           }
         }
       }
@@ -218,17 +223,18 @@ struct Int8Rows {
 };
 
 // The int8 tile policy of the shared gemm driver (gemm.hpp), per weight
-// format and run of quads summed in int16.
-template <class Format, std::size_t Run>
+// format, run of quads summed in int16 and offset of the unsigned quants.
+template <class Format, std::size_t Run, int Offset>
 struct GemmInt8 {
   using Packed = std::uint8_t;
   using Weight = std::byte;
   static constexpr std::size_t kTok = kInt8Tok;
-  // Rows per micro-tile: 3 and 2 were slower (Gemm512/Q4_0 through AVX2 on
-  // the Zen 5, one thread: 161 and 157 against 164-171 GFLOP/s), and so was
-  // loading each quad of tokens once for all the rows (143-152).
+  // Rows per micro-tile: 3 and 2 were slower (a first form of this kernel,
+  // Gemm512/Q4_0 through AVX2 on the Zen 5, one thread: 161 and 157 against
+  // 164-171 GFLOP/s), and so was loading each quad of tokens once for all
+  // the rows (143-152).
   static constexpr std::size_t kRows = 4;
-  // A token slice of 512 k: 16 blocks x 640 B = 10 KB in L1; a weight block
+  // A token slice of 512 k: 16 blocks x 768 B = 12 KB in L1; a weight block
   // of 64 rows x 576-640 B = 37-41 KB in L2.
   static constexpr std::size_t kKc = 512;
   static constexpr std::size_t kMc = 16 * kRows;
@@ -241,7 +247,7 @@ struct GemmInt8 {
   template <std::size_t... MR>
   static void micro_rows(std::size_t rows, const std::byte* w, std::size_t ldw, const std::uint8_t* xp, std::size_t kc, float* c,
                          std::size_t ldc, bool accumulate, std::index_sequence<MR...>) {
-    ((rows == MR + 1 ? gemm_int8_micro<Format, Run, MR + 1>(w, ldw, xp, kc, c, ldc, accumulate) : void()), ...);
+    ((rows == MR + 1 ? gemm_int8_micro<Format, Run, Offset, MR + 1>(w, ldw, xp, kc, c, ldc, accumulate) : void()), ...);
   }
   // yt [rows][ld] (tokens along rows) -> y [n][ldy].
   static void unpack(const float* yt, std::size_t ld, std::size_t rows, std::size_t n, float* y, std::size_t ldy) {

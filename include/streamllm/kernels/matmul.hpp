@@ -13,11 +13,13 @@
 //                                                     scales and mins), int8 tiles, vpdpbusd
 // (*) where vdpbf16ps is full rate (bf16_tiles(): AMD); elsewhere (Intel)
 // widened to f32 per block, f32 tiles.
-// Without AVX-512 BF16/VNNI, decode of F16, BF16, Q8_0 and Q4_0 takes the AVX2
-// kernels where the CPU has AVX2 and FMA (Isa::Avx2: the same conversions and
-// int8 activations, vpmaddubsw for the integer dot products); everything else
-// (or everything, forced to Isa::Portable) takes the xsimd paths: f32 FMA over
-// dequantised rows, and f32 tiles.
+// Without AVX-512 BF16/VNNI, where the CPU has AVX2 and FMA (Isa::Avx2),
+// decode of F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K takes the AVX2 kernels (the
+// same conversions and int8 activations, vpmaddubsw for the integer dot
+// products), and prefill of Q4_0, Q4_K and Q6_K the AVX2 int8 tiles
+// (gemm_int8_avx2.hpp); everything else (or everything, forced to
+// Isa::Portable) takes the xsimd paths: f32 FMA over dequantised rows, and
+// f32 tiles.
 #pragma once
 
 #include <Eigen/Core>
@@ -301,13 +303,13 @@ inline void gemm_int8_packed(const TensorView& w, const std::uint8_t* xp, std::s
 #ifdef STREAMLLM_HAVE_AVX2_KERNELS
 // The AVX2 int8 tiles of w (avx2::has_int8_tiles) over tokens packed for
 // them; a run of Run quads' pair sums stays within int16 (gemm_int8_avx2.hpp).
-using Avx2Int8Tokens = avx2::GemmInt8<Int8Blocks, 8>;
+using Avx2Int8Tokens = avx2::GemmInt8<Int8Blocks, 8, 8>;
 inline void gemm_int8_packed_avx2(const TensorView& w, const std::uint8_t* xp, std::size_t n, float* y, std::size_t ldy) {
   using namespace avx2;
   const auto m = static_cast<std::size_t>(w.rows), k = static_cast<std::size_t>(w.cols);
-  if (w.type == DType::Q4_K) return gemm_packed<GemmInt8<Int8Q4K, 4>>(Int8Rows<Int8Q4K>{&w}, m, k, xp, n, y, ldy);
-  if (w.type == DType::Q6_K) return gemm_packed<GemmInt8<Int8Q6K, 2>>(Int8Rows<Int8Q6K>{&w}, m, k, xp, n, y, ldy);
-  gemm_packed<GemmInt8<Int8Blocks, 8>>(Int8Rows<Int8Blocks>{&w}, m, k, xp, n, y, ldy);
+  if (w.type == DType::Q4_K) return gemm_packed<GemmInt8<Int8Q4K, 8, 0>>(Int8Rows<Int8Q4K>{&w}, m, k, xp, n, y, ldy);
+  if (w.type == DType::Q6_K) return gemm_packed<GemmInt8<Int8Q6K, 2, 32>>(Int8Rows<Int8Q6K>{&w}, m, k, xp, n, y, ldy);
+  gemm_packed<GemmInt8<Int8Blocks, 8, 8>>(Int8Rows<Int8Blocks>{&w}, m, k, xp, n, y, ldy);
 }
 #endif
 
