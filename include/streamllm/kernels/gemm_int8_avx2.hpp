@@ -86,14 +86,20 @@ STREAMLLM_AVX2 inline void gemm_int8_micro(const std::byte* w, std::size_t ldw, 
     const std::uint8_t* xb = xp + b * kInt8BlockBytes;
     const auto* dx = reinterpret_cast<const float*>(xb + kInt8QuadBytes);
     const __m256 dx0 = _mm256_load_ps(dx), dx1 = _mm256_load_ps(dx + 8);
-    // The offsets' share of each part's integer sums, the same for every row.
+    // The offset's share of each part's integer sums, the same for every row
+    // (Q4_K has none). The sums are the halves' (tokens 0-7 and 8-15 of the
+    // first 16 quants, then of the last 16); a part of 32 adds both halves.
     __m256i corr0[kSplit], corr1[kSplit];
-    const auto* sums = reinterpret_cast<const __m256i*>(xb + kInt8SumsAt);  // halves: lo 0-7, 8-15, hi 0-7, 8-15
+    const auto* sums = reinterpret_cast<const __m256i*>(xb + kInt8SumsAt);
     for (std::size_t h = 0; h < kSplit; ++h) {
-      const __m256i h0 = kSplit == 1 ? _mm256_add_epi32(_mm256_load_si256(sums), _mm256_load_si256(sums + 2)) : _mm256_load_si256(sums + 2 * h);
-      const __m256i h1 = kSplit == 1 ? _mm256_add_epi32(_mm256_load_si256(sums + 1), _mm256_load_si256(sums + 3)) : _mm256_load_si256(sums + 2 * h + 1);
-      corr0[h] = _mm256_mullo_epi32(h0, offset);
-      corr1[h] = _mm256_mullo_epi32(h1, offset);
+      corr0[h] = corr1[h] = _mm256_setzero_si256();
+      if constexpr (Offset != 0) {
+        const __m256i* half = sums + 2 * h;
+        const __m256i h0 = kSplit == 1 ? _mm256_add_epi32(half[0], half[2]) : half[0];
+        const __m256i h1 = kSplit == 1 ? _mm256_add_epi32(half[1], half[3]) : half[1];
+        corr0[h] = _mm256_mullo_epi32(h0, offset);
+        corr1[h] = _mm256_mullo_epi32(h1, offset);
+      }
     }
     for (std::size_t i = 0; i < MR; ++i) {
       const std::byte* wi = w + i * ldw;
