@@ -39,7 +39,7 @@ int threads(const benchmark::State& state) { return static_cast<int>(state.range
 // Q8_0x16 and Q4_0x16: the layout a model reads on the AVX-512 path (it
 // interleaves Q8_0 and Q4_0 at load); Q8_0 and Q4_0 as in the file.
 const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16,    DType::Q8_0,   DType::Q4_0,
-                        DType::Q4_K, DType::Q6_K, DType::Q8_0x16, DType::Q4_0x16};
+                        DType::Q4_K, DType::Q5_K, DType::Q6_K,    DType::Q8_0x16, DType::Q4_0x16};
 
 // args: threads, rows (cols = 2048)
 void gemv(benchmark::State& state, DType t) {
@@ -97,7 +97,7 @@ void register_all() {
     const std::string name(dtype_name(t));
     benchmark::RegisterBenchmark(("Gemv/" + name).c_str(), [t](benchmark::State& s) { gemv(s, t); })
         ->ArgsProduct({{1, 2}, {65536, 5632, 2048, 128}})->ArgNames({"threads", "rows"})->UseRealTime()->Unit(benchmark::kMicrosecond);
-    if (t != DType::Q4_K && t != DType::Q6_K)
+    if (!is_kquant(t))
       benchmark::RegisterBenchmark(("GemvTokens/" + name).c_str(), [t](benchmark::State& s) { gemv_tokens(s, t); })
           ->ArgsProduct({{1, 2}, {65536, 5632, 256}, {1, 2, 4, 8, 16}})->ArgNames({"threads", "rows", "tokens"})->UseRealTime()
           ->Unit(benchmark::kMicrosecond);

@@ -189,9 +189,8 @@ enum class ComputeUnit { Fp32, Bf16, Vnni };
 
 inline ComputeUnit compute_unit(streamllm::DType t) {
   using streamllm::DType;
-  if (t == DType::F32 || t == DType::F16) return ComputeUnit::Fp32;
   if (streamllm::kernels::has_int8_tiles(t)) return ComputeUnit::Vnni;
-  return streamllm::kernels::bf16_tiles() ? ComputeUnit::Bf16 : ComputeUnit::Fp32;
+  return t == DType::BF16 && streamllm::kernels::bf16_tiles() ? ComputeUnit::Bf16 : ComputeUnit::Fp32;
 }
 
 // Peak operations per second (1e9) of `threads` threads; they scale linearly.

@@ -33,7 +33,7 @@ std::vector<TokenId> tokens(std::size_t n) {
   return t;
 }
 
-// The unit most of a file's prefill runs on (q4_k_m: that of Q4_K and Q6_K).
+// The unit most of a file's prefill runs on (q4_k_m, q5_k_m: that of the K-quants).
 bench::ComputeUnit prefill_unit(const std::string& type) {
   if (type == "f32") return bench::compute_unit(DType::F32);
   if (type == "f16") return bench::compute_unit(DType::F16);
@@ -81,7 +81,7 @@ void decode(benchmark::State& state, const std::string& type) {
 }
 
 void register_all() {
-  for (const char* t : {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k_m"}) {
+  for (const char* t : {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k_m", "q5_k_m"}) {
     const std::string type = t;
     benchmark::RegisterBenchmark(("Prefill/" + type).c_str(), [type](benchmark::State& s) { prefill(s, type); })
         ->ArgsProduct({{1, 2}, {128, 512}})->ArgNames({"threads", "tokens"})->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(2);

@@ -35,8 +35,11 @@ struct Matrix {
   }
 };
 
-const DType kTypes[] = {DType::F16,  DType::BF16, DType::Q8_0,    DType::Q4_0,
-                        DType::Q4_K, DType::Q6_K, DType::Q8_0x16, DType::Q4_0x16};
+// Every type a file may hold, and the interleaved forms of the model's.
+const DType kFileTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
+                            DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+const DType kTypes[] = {DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,    DType::Q5_0,
+                        DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0x16, DType::Q4_0x16};
 
 bool has_fast_path() { return k::detect_cpu_features().avx512_bf16 && k::detect_cpu_features().avx512_vnni; }
 bool has_avx2_path() { return k::detect_cpu_features().avx2_fma && k::detect_cpu_features().f16c; }
@@ -77,8 +80,11 @@ TEST_CASE("each quantiser's round trip stays within its format's step", "[quant]
   const std::int64_t cols = 512;
   const auto w = normal(static_cast<std::size_t>(cols) * 8, 3);
   // Worst error per element relative to the largest magnitude of its block.
-  const std::pair<DType, float> bounds[] = {{DType::F16, 1e-3f}, {DType::BF16, 4e-3f}, {DType::Q8_0, 1.0f / 127},
-                                            {DType::Q4_0, 1.0f / 8}, {DType::Q4_K, 0.15f}, {DType::Q6_K, 1.0f / 16}};
+  // The affine types (Q4_1, Q5_1) step by (max - min) / levels, at most 2 max|x| / levels.
+  const std::pair<DType, float> bounds[] = {{DType::F16, 1e-3f},     {DType::BF16, 4e-3f},     {DType::Q8_0, 1.0f / 127},
+                                            {DType::Q4_0, 1.0f / 8}, {DType::Q4_1, 1.0f / 14}, {DType::Q5_0, 1.0f / 16},
+                                            {DType::Q5_1, 1.0f / 30}, {DType::Q4_K, 0.15f},   {DType::Q5_K, 0.08f},
+                                            {DType::Q6_K, 1.0f / 16}};
   for (const auto& [t, bound] : bounds) {
     const Matrix m(t, w, 8, cols);
     std::vector<float> back(static_cast<std::size_t>(cols));
@@ -147,10 +153,11 @@ TEST_CASE("typed matrix kernels equal the exact product, on both paths and every
           k::matmul(m.view, x.data(), n, ldx, got.data(), ldy, isa);
           const std::size_t limit = k::gemv_token_limit(m.view, isa);
           const bool int8_type = k::is_int8_blocks(t);
-          const bool kquant = t == DType::Q4_K || t == DType::Q6_K;
+          const bool kquant = is_kquant(t);
           const bool int8_acts = (int8_type && (n <= limit || isa == k::Isa::Avx512Bf16Vnni))  // int8 gemv or int8 tiles
                                  || (kquant && isa == k::Isa::Avx512Bf16Vnni)                   // the K-quants' VNNI gemv and tiles
-                                 || ((kquant || t == DType::Q4_0) && isa == k::Isa::Avx2);      // AVX2 gemv and int8 tiles
+                                 || ((kquant || t == DType::Q4_0) && isa == k::Isa::Avx2)       // AVX2 gemv and int8 tiles
+                                 || (is_unsigned_blocks(t) && n <= limit && isa != k::Isa::Portable);  // their int8 gemv
           const bool bf16_tiles = n > limit && isa == k::Isa::Avx512Bf16Vnni && path.bf16_tiles && t == DType::BF16;
           const float rel = int8_acts ? 0x1p-6f : bf16_tiles ? 0x1p-7f : 1e-5f;
           for (std::size_t j = 0; j < n; ++j)
@@ -269,19 +276,26 @@ TEST_CASE("the K-quant int8 kernels (VNNI and AVX2, gemv and tiles) equal their 
     SUCCEED("neither AVX-512 VNNI nor AVX2 here: the portable path is the only one");
     return;
   }
-  for (DType t : {DType::Q4_K, DType::Q6_K}) {
+  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     // k in one slice of the tiles, in two whole ones, and ending in a slice of
-    // one super-block; rows leaving partial micro-tiles and row blocks.
-    for (std::int64_t cols : {256, 768, 1024, 2048 + 256}) {
+    // one super-block; rows leaving partial micro-tiles and row blocks. The
+    // last case is the largest integer sums: every weight and activation the
+    // same positive value, so every Q4_K / Q5_K quant is its largest (15, 31)
+    // and every activation 127, where the AVX2 tiles' int16 runs come
+    // closest to overflowing.
+    for (std::int64_t cols : {256, 768, 1024, 2048 + 256, -1024}) {
+      const bool extreme = cols < 0;
+      cols = std::abs(cols);
       const std::int64_t rows = 70;
-      const Matrix m(t, normal(static_cast<std::size_t>(rows * cols), 6, 0.05f), rows, cols);
+      const Matrix m(t, extreme ? std::vector<float>(static_cast<std::size_t>(rows * cols), 0.05f)
+                                : normal(static_cast<std::size_t>(rows * cols), 6, 0.05f), rows, cols);
       REQUIRE(k::gemv_token_limit(m.view, k::Isa::Avx512Bf16Vnni) < 5);
       // The gemv up to its limit, then the tiles: partial, whole and several
       // groups of tokens (32 per group on AVX-512, 16 on AVX2).
       for (const k::Isa isa : {k::Isa::Avx512Bf16Vnni, k::Isa::Avx2}) {
         if (!can_run(isa)) continue;
         for (std::size_t n : {1, 2, 3, 4, 5, 17, 32, 33, 70}) {
-          const auto x = normal(n * static_cast<std::size_t>(cols), 7);
+          const auto x = extreme ? std::vector<float>(n * static_cast<std::size_t>(cols), 1.0f) : normal(n * static_cast<std::size_t>(cols), 7);
           std::vector<float> fast(n * static_cast<std::size_t>(rows)), twin(fast.size());
           k::matmul(m.view, x.data(), n, static_cast<std::size_t>(cols), fast.data(), static_cast<std::size_t>(rows), isa);
           k::QuantizedActivations xa;
@@ -289,6 +303,47 @@ TEST_CASE("the K-quant int8 kernels (VNNI and AVX2, gemv and tiles) equal their 
           k::portable::gemv_kquant_int8(m.view, xa, n, twin.data(), static_cast<std::size_t>(rows), 0, static_cast<std::size_t>(rows));
           // The same integer dot products; only the order of the float sums
           // differs, so the bound is relative to the outputs' size.
+          float scale = 0;
+          for (float v : twin) scale = std::max(scale, std::abs(v));
+          REQUIRE(scale > 0);
+          for (std::size_t i = 0; i < fast.size(); ++i) {
+            INFO(dtype_name(t) << " cols " << cols << " n " << n << " isa " << k::to_string(isa) << " output " << i);
+            REQUIRE(std::abs(fast[i] - twin[i]) <= 1e-5f * scale);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("the int8 decode kernels of Q4_1, Q5_0 and Q5_1 (VNNI and AVX2) equal their portable twin", "[quant][kernels]") {
+  if (!has_fast_path() && !has_avx2_path()) {
+    SUCCEED("neither AVX-512 VNNI nor AVX2 here: the portable path is the only one");
+    return;
+  }
+  for (DType t : {DType::Q4_1, DType::Q5_0, DType::Q5_1}) {
+    // An even and an odd number of blocks (the AVX-512 kernel's pairs and
+    // its scalar last block), one block; then the largest integer sums:
+    // every weight the same positive value (every Q4_1 / Q5_1 quant 0 but
+    // Q5_0's 31) against activations of 127, and weights spanning
+    // [-0.05, 0.05] so that the affine types use their whole range.
+    for (std::int64_t cols : {2048, 1024 + 96, 32, -512, -544}) {
+      const bool extreme = cols < 0;
+      cols = std::abs(cols);
+      const std::int64_t rows = 37;
+      std::vector<float> w = normal(static_cast<std::size_t>(rows * cols), 6, 0.05f);
+      if (extreme)
+        for (std::size_t i = 0; i < w.size(); ++i) w[i] = t == DType::Q5_0 ? 0.05f : (i % 32 == 0 ? -0.05f : 0.05f);
+      const Matrix m(t, w, rows, cols);
+      for (const k::Isa isa : {k::Isa::Avx512Bf16Vnni, k::Isa::Avx2}) {
+        if (!can_run(isa)) continue;
+        for (std::size_t n = 1; n <= k::gemv_token_limit(m.view, isa); ++n) {
+          const auto x = extreme ? std::vector<float>(n * static_cast<std::size_t>(cols), 1.0f) : normal(n * static_cast<std::size_t>(cols), 7);
+          std::vector<float> fast(n * static_cast<std::size_t>(rows)), twin(fast.size());
+          k::matmul(m.view, x.data(), n, static_cast<std::size_t>(cols), fast.data(), static_cast<std::size_t>(rows), isa);
+          k::QuantizedActivations xa;
+          k::quantize_activations(x.data(), static_cast<std::size_t>(cols), n, static_cast<std::size_t>(cols), xa);
+          k::portable::gemv_unsigned_blocks(m.view, xa, n, twin.data(), static_cast<std::size_t>(rows), 0, static_cast<std::size_t>(rows));
           float scale = 0;
           for (float v : twin) scale = std::max(scale, std::abs(v));
           REQUIRE(scale > 0);
@@ -316,6 +371,9 @@ TEST_CASE("matmul_shared gives each matrix what matmul gives it, fused or not", 
                                                  {DType::Q4_0, DType::Q4_0, DType::Q4_0},
                                                  {DType::Q8_0x16, DType::Q8_0x16, DType::Q8_0x16},
                                                  {DType::Q4_K, DType::Q4_K, DType::Q6_K},
+                                                 {DType::Q5_K, DType::Q5_K, DType::Q6_K},
+                                                 {DType::Q5_0, DType::Q4_K, DType::Q8_0},  // a llama.cpp Q4_K_M of rows not a multiple of 256
+                                                 {DType::Q4_1, DType::Q5_1, DType::Q5_0},
                                                  {DType::Q4_0, DType::Q6_K, DType::Q8_0x16},
                                                  {DType::Q4_0, DType::Q4_K, DType::Q8_0},
                                                  {DType::Q4_0, DType::Q8_0, DType::F32}};
@@ -351,7 +409,7 @@ TEST_CASE("matmul_shared gives each matrix what matmul gives it, fused or not", 
 
 TEST_CASE("quantisers reject values their type cannot hold, and blocks too small for a scale become zeros", "[quant][errors]") {
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
+  for (DType t : kFileTypes) {
     const std::int64_t cols = traits(t).block_elems == 256 ? 256 : 64;
     std::vector<std::byte> out(static_cast<std::size_t>(row_bytes(t, cols)));
     auto x = normal(static_cast<std::size_t>(cols), 3);
@@ -378,7 +436,7 @@ TEST_CASE("quantisers reject values their type cannot hold, and blocks too small
 TEST_CASE("NaN and Inf activations come out as NaN or Inf from every kernel path, and leave other tokens alone",
           "[quant][kernels][errors]") {
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
+  for (DType t : kFileTypes) {
     const std::int64_t cols = 512, rows = 19;
     const Matrix m(t, normal(static_cast<std::size_t>(rows * cols), 8, 0.05f), rows, cols);
     for (std::size_t n : {1, 2, 5, 17, 40}) {

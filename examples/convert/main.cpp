@@ -14,7 +14,7 @@ int main(int argc, char** argv) {
   app.add_option("-m,--model", model, "llama2.c .bin checkpoint")->required();
   app.add_option("-z,--tokenizer", tokenizer, "SentencePiece .model of the model's vocabulary")->required();
   app.add_option("-o,--out", out, "GGUF file to write")->required();
-  app.add_option("-t,--type", type, "f32, f16, bf16, q8_0, q4_0, q4_k, q6_k or q4_k_m")->capture_default_str();
+  app.add_option("-t,--type", type, streamllm::io::recipe_names())->capture_default_str();
   app.add_option("--name", name, "general.name")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {

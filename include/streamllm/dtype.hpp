@@ -16,8 +16,12 @@ enum class DType : std::uint32_t {
   F32 = 0,
   F16 = 1,
   Q4_0 = 2,
+  Q4_1 = 3,
+  Q5_0 = 6,
+  Q5_1 = 7,
   Q8_0 = 8,
   Q4_K = 12,
+  Q5_K = 13,
   Q6_K = 14,
   BF16 = 30,
   // In memory only, never in a file: Q8_0 and Q4_0 rows interleaved in
@@ -40,7 +44,11 @@ constexpr DTypeTraits traits(DType t) {
     case DType::BF16: return {"BF16", 1, 2};
     case DType::Q8_0: return {"Q8_0", 32, 34};
     case DType::Q4_0: return {"Q4_0", 32, 18};
+    case DType::Q4_1: return {"Q4_1", 32, 20};
+    case DType::Q5_0: return {"Q5_0", 32, 22};
+    case DType::Q5_1: return {"Q5_1", 32, 24};
     case DType::Q4_K: return {"Q4_K", 256, 144};
+    case DType::Q5_K: return {"Q5_K", 256, 176};
     case DType::Q6_K: return {"Q6_K", 256, 210};
     case DType::Q8_0x16: return {"Q8_0x16", 32, 34};
     case DType::Q4_0x16: return {"Q4_0x16", 32, 18};
@@ -51,13 +59,22 @@ constexpr DTypeTraits traits(DType t) {
 constexpr bool is_known_dtype(std::uint32_t id) {
   switch (static_cast<DType>(id)) {
     case DType::F32: case DType::F16: case DType::BF16: case DType::Q8_0:
-    case DType::Q4_0: case DType::Q4_K: case DType::Q6_K: return true;
+    case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1: case DType::Q4_K:
+    case DType::Q5_K: case DType::Q6_K: return true;
     case DType::Q8_0x16: case DType::Q4_0x16: return false;  // not a file's type
   }
   return false;
 }
 
 constexpr std::string_view dtype_name(DType t) { return traits(t).name; }
+
+// The K-quants: super-blocks of 256 with a scale per sub-block (and, Q4_K
+// and Q5_K, a min).
+constexpr bool is_kquant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
+
+// Blocks of 32 unsigned quants with a scale and an offset, x = d q + m:
+// Q4_1, Q5_1, and Q5_0 (m = -16 d).
+constexpr bool is_unsigned_blocks(DType t) { return t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1; }
 
 // Bytes of one row of `cols` elements; cols must be a multiple of the block size.
 constexpr std::int64_t row_bytes(DType t, std::int64_t cols) {

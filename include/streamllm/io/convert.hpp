@@ -12,58 +12,63 @@
 
 namespace streamllm::io {
 
-// What a converted file holds: one type for all matrices, or Q4_K_M
-// (llama.cpp's mix: Q6_K for the output and for attn_v / ffn_down in the
-// layers that matter most, Q4_K elsewhere).
-enum class ConvertRecipe { F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Q4_K_M };
+// What a converted file holds: one type for all matrices, or a K-quant mix
+// as llama.cpp makes it (Q4_K_M, Q5_K_M: Q6_K for the output and for attn_v
+// / ffn_down in the layers that matter most, Q4_K or Q5_K elsewhere).
+enum class ConvertRecipe { F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q4_K_M, Q5_K_M };
+
+struct RecipeInfo {
+  const char* name;
+  ConvertRecipe recipe;
+  DType type;               // the matrices' type (of most of them, in a mix)
+  std::uint32_t file_type;  // llama.cpp's llama_ftype
+};
+inline constexpr RecipeInfo kRecipes[] = {
+    {"f32", ConvertRecipe::F32, DType::F32, 0},         {"f16", ConvertRecipe::F16, DType::F16, 1},
+    {"bf16", ConvertRecipe::BF16, DType::BF16, 32},     {"q8_0", ConvertRecipe::Q8_0, DType::Q8_0, 7},
+    {"q4_0", ConvertRecipe::Q4_0, DType::Q4_0, 2},      {"q4_1", ConvertRecipe::Q4_1, DType::Q4_1, 3},
+    {"q5_0", ConvertRecipe::Q5_0, DType::Q5_0, 8},      {"q5_1", ConvertRecipe::Q5_1, DType::Q5_1, 9},
+    {"q4_k", ConvertRecipe::Q4_K, DType::Q4_K, 14},     {"q5_k", ConvertRecipe::Q5_K, DType::Q5_K, 16},
+    {"q6_k", ConvertRecipe::Q6_K, DType::Q6_K, 18},     {"q4_k_m", ConvertRecipe::Q4_K_M, DType::Q4_K, 15},
+    {"q5_k_m", ConvertRecipe::Q5_K_M, DType::Q5_K, 17}};
+
+inline const RecipeInfo& recipe_info(ConvertRecipe r) {
+  for (const auto& info : kRecipes)
+    if (info.recipe == r) return info;
+  throw InputError("unknown conversion recipe " + std::to_string(static_cast<int>(r)));
+}
+
+inline std::string recipe_names() {
+  std::string names;
+  for (const auto& info : kRecipes) names += std::string(names.empty() ? "" : ", ") + info.name;
+  return names;
+}
 
 inline ConvertRecipe parse_recipe(const std::string& s) {
-  const std::pair<const char*, ConvertRecipe> names[] = {
-      {"f32", ConvertRecipe::F32}, {"f16", ConvertRecipe::F16}, {"bf16", ConvertRecipe::BF16}, {"q8_0", ConvertRecipe::Q8_0},
-      {"q4_0", ConvertRecipe::Q4_0}, {"q4_k", ConvertRecipe::Q4_K}, {"q6_k", ConvertRecipe::Q6_K}, {"q4_k_m", ConvertRecipe::Q4_K_M}};
-  for (const auto& [name, r] : names)
-    if (s == name) return r;
-  throw InputError("unknown type '" + s + "' (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, q4_k_m)");
+  for (const auto& info : kRecipes)
+    if (s == info.name) return info.recipe;
+  throw InputError("unknown type '" + s + "' (" + recipe_names() + ")");
 }
 
-// llama.cpp's file_type numbers (llama_ftype).
-inline std::uint32_t file_type(ConvertRecipe r) {
-  switch (r) {
-    case ConvertRecipe::F32: return 0;
-    case ConvertRecipe::F16: return 1;
-    case ConvertRecipe::Q4_0: return 2;
-    case ConvertRecipe::Q8_0: return 7;
-    case ConvertRecipe::Q4_K: return 14;
-    case ConvertRecipe::Q4_K_M: return 15;
-    case ConvertRecipe::Q6_K: return 18;
-    case ConvertRecipe::BF16: return 32;
-  }
-  return 0;
-}
+inline std::uint32_t file_type(ConvertRecipe r) { return recipe_info(r).file_type; }
 
 // The type of one tensor. Vectors stay F32; a matrix whose rows do not fill
-// whole blocks falls back as llama.cpp does (K-quants to Q8_0, then to F16).
+// whole blocks falls back as llama.cpp's quantiser does: a K-quant to the
+// blocks of 32 with about its bits (Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to
+// Q8_0), and anything to F16 if those do not fit either.
 inline DType tensor_type(ConvertRecipe r, const std::string& name, std::int64_t row_len, std::int64_t layer, std::int64_t layers,
                          bool tied_output) {
-  DType t = DType::F32;
-  switch (r) {
-    case ConvertRecipe::F32: t = DType::F32; break;
-    case ConvertRecipe::F16: t = DType::F16; break;
-    case ConvertRecipe::BF16: t = DType::BF16; break;
-    case ConvertRecipe::Q8_0: t = DType::Q8_0; break;
-    case ConvertRecipe::Q4_0: t = DType::Q4_0; break;
-    case ConvertRecipe::Q4_K: t = DType::Q4_K; break;
-    case ConvertRecipe::Q6_K: t = DType::Q6_K; break;
-    case ConvertRecipe::Q4_K_M: {
-      // More bits where quantisation hurts most: first and last eighth, and every third layer between.
-      const bool more = layer >= 0 && (layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2);
-      const bool output = name == "output.weight" || (tied_output && name == "token_embd.weight");
-      const bool sensitive = name.find("attn_v.weight") != std::string::npos || name.find("ffn_down.weight") != std::string::npos;
-      t = output || (sensitive && more) ? DType::Q6_K : DType::Q4_K;
-      break;
-    }
+  DType t = recipe_info(r).type;
+  if (r == ConvertRecipe::Q4_K_M || r == ConvertRecipe::Q5_K_M) {
+    // More bits where quantisation hurts most: first and last eighth, and every third layer between.
+    const bool more = layer >= 0 && (layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2);
+    const bool output = name == "output.weight" || (tied_output && name == "token_embd.weight");
+    const bool sensitive = name.find("attn_v.weight") != std::string::npos || name.find("ffn_down.weight") != std::string::npos;
+    if (output || (sensitive && more)) t = DType::Q6_K;
   }
-  if (row_len % traits(t).block_elems != 0) t = row_len % 32 == 0 && traits(t).block_elems == 256 ? DType::Q8_0 : DType::F16;
+  if (row_len % traits(t).block_elems != 0 && traits(t).block_elems == 256)
+    t = t == DType::Q4_K ? DType::Q5_0 : t == DType::Q5_K ? DType::Q5_1 : DType::Q8_0;
+  if (row_len % traits(t).block_elems != 0) t = DType::F16;
   return t;
 }
 

@@ -305,7 +305,7 @@ class GgufFile {
     const auto type = c.read<std::uint32_t>("type of '" + t.name + "'");
     if (!is_known_dtype(type))
       fail("tensor '" + t.name + "' has type " + std::to_string(type) +
-           ", which streamllm does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K are supported)");
+           ", which streamllm does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K are supported)");
     t.type = static_cast<DType>(type);
     const auto block = traits(t.type).block_elems;
     if (t.dims[0] % block != 0)

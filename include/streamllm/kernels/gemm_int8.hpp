@@ -1,5 +1,5 @@
-// Int8 tiled matrix-matrix product (prefill) for Q8_0, Q4_0, Q4_K and Q6_K
-// weights, with AVX512-VNNI: vpdpbusd multiplies 64 byte pairs per
+// Int8 tiled matrix-matrix product (prefill) for Q8_0, Q4_0, Q4_K, Q5_K and
+// Q6_K weights, with AVX512-VNNI: vpdpbusd multiplies 64 byte pairs per
 // instruction, twice the work of a bf16 dot, so quantised prefill runs on the
 // integer units instead of dequantising to bf16 or f32.
 //
@@ -10,12 +10,12 @@
 //     scale max|x| / 127), stored as unsigned q + 128, so the weights can be
 //     the signed operand and be broadcast straight from memory;
 //   weights: a block of rows unpacked once into signed int8 (Q4_0 nibbles
-//     minus 8, Q4_K nibbles, Q6_K quants minus 32) with their scales and
+//     minus 8, Q4_K / Q5_K quants, Q6_K quants minus 32) with their scales and
 //     -128 x each block's sum of quants, which starts each integer sum and
 //     cancels the +128 of the activations.
 // The K-quants keep their own scales, so the products are exact in the
 // weights: Q6_K's sub-blocks of 16 take a scale per half block (Int8Format's
-// split), and Q4_K's affine offset (-dmin m per sub-block of 32) multiplies
+// split), and Q4_K's (and Q5_K's) affine offset (-dmin m per sub-block of 32) multiplies
 // the activation block's sum, d x sum of its quants, packed beside its scales.
 #pragma once
 
@@ -229,10 +229,11 @@ STREAMLLM_AVX512 inline void byte_sums16(__m512i v, std::int32_t out[4]) {
   for (std::size_t i = 0; i < 4; ++i) out[i] = static_cast<std::int32_t>(s[2 * i] + s[2 * i + 1]);
 }
 
-// One Q4_K super-block as Int8Q4K lays it out: the nibbles as they are
-// (signed bytes 0..15), d sc and -dmin m per sub-block of 32, and the
-// corrections. q: 256 bytes; scales, corrections, mins: 8 each.
-STREAMLLM_AVX512 inline void unpack_q4k(const quant::BlockQ4K& blk, std::int8_t* q, std::byte* scales, std::byte* corrections,
+// One Q4_K or Q5_K super-block as Int8Q4K lays it out: the quants as they
+// are (signed bytes 0..15 or 0..31), d sc and -dmin m per sub-block of 32,
+// and the corrections. q: 256 bytes; scales, corrections, mins: 8 each.
+template <class Block>
+STREAMLLM_AVX512 inline void unpack_q4k(const Block& blk, std::int8_t* q, std::byte* scales, std::byte* corrections,
                                         std::byte* mins) {
   __m512 sc;
   __m256 mn;
@@ -240,7 +241,10 @@ STREAMLLM_AVX512 inline void unpack_q4k(const quant::BlockQ4K& blk, std::int8_t*
   _mm256_storeu_ps(reinterpret_cast<float*>(scales), _mm512_castps512_ps256(sc));
   _mm256_storeu_ps(reinterpret_cast<float*>(mins), _mm256_sub_ps(_mm256_setzero_ps(), mn));
   __m512i v[4];
-  q4k_quants(blk, v);
+  if constexpr (std::is_same_v<Block, quant::BlockQ4K>)
+    q4k_quants(blk.qs, v);
+  else
+    q5k_quants(blk, v);
   for (std::size_t i = 0; i < 4; ++i) {
     _mm512_storeu_si512(q + 64 * i, v[i]);
     std::int32_t s16[4];
@@ -273,7 +277,7 @@ STREAMLLM_AVX512 inline void unpack_q6k(const quant::BlockQ6K& blk, std::int8_t*
 
 // Rows of quantised weights unpacked a block at a time into Format's layout
 // (the int8 tiles): Q8_0, Q4_0 and their interleaved rows as Int8Blocks,
-// Q4_K as Int8Q4K, Q6_K as Int8Q6K.
+// Q4_K and Q5_K as Int8Q4K, Q6_K as Int8Q6K.
 template <class Format>
 struct Int8Rows {
   const TensorView* w;
@@ -289,10 +293,10 @@ struct Int8Rows {
     if (interleaved && (k0 % kGroupCols != 0 || (kc % kGroupCols != 0 && k0 + kc != static_cast<std::size_t>(w->cols))))
       throw Error("Int8Rows: an interleaved row sliced at columns [" + std::to_string(k0) + ", " + std::to_string(k0 + kc) +
                   "), not on its groups");
-    const bool kquant = type == DType::Q4_K || type == DType::Q6_K;
-    const bool fits = type == DType::Q4_K   ? std::is_same_v<Format, Int8Q4K>
-                      : type == DType::Q6_K ? std::is_same_v<Format, Int8Q6K>
-                                            : std::is_same_v<Format, Int8Blocks>;
+    const bool kquant = is_kquant(type);
+    const bool fits = type == DType::Q4_K || type == DType::Q5_K ? std::is_same_v<Format, Int8Q4K>
+                      : type == DType::Q6_K                      ? std::is_same_v<Format, Int8Q6K>
+                                                                 : std::is_same_v<Format, Int8Blocks>;
     if (!fits || (kquant && (k0 % 256 != 0 || kc % 256 != 0)))
       throw Error("Int8Rows: " + std::string(dtype_name(w->type)) + " rows at columns [" + std::to_string(k0) + ", " +
                   std::to_string(k0 + kc) + ") do not fit this tile format");
@@ -306,6 +310,12 @@ struct Int8Rows {
       if (type == DType::Q4_K) {
         for (std::size_t s = 0; s < kc / 256; ++s)
           unpack_q4k(reinterpret_cast<const quant::BlockQ4K*>(src)[s], q + 256 * s, scales + 32 * s, corrections + 32 * s,
+                     o + Format::mins_at(kc) + 32 * s);
+        continue;
+      }
+      if (type == DType::Q5_K) {
+        for (std::size_t s = 0; s < kc / 256; ++s)
+          unpack_q4k(reinterpret_cast<const quant::BlockQ5K*>(src)[s], q + 256 * s, scales + 32 * s, corrections + 32 * s,
                      o + Format::mins_at(kc) + 32 * s);
         continue;
       }

@@ -1,5 +1,5 @@
-// Int8 tiled matrix-matrix product (prefill) on AVX2 CPUs, for Q4_0, Q4_K
-// and Q6_K weights: vpmaddubsw multiplies 32 byte pairs per instruction, so
+// Int8 tiled matrix-matrix product (prefill) on AVX2 CPUs, for Q4_0, Q4_K,
+// Q5_K and Q6_K weights: vpmaddubsw multiplies 32 byte pairs per instruction, so
 // quantised prefill runs on the integer units instead of dequantising every
 // weight to f32. Through these kernels on the Zen 5 (one thread, TinyLlama),
 // Q4_0 prefill went from 43 to 63-76 tok/s and Q4_K_M to 55-80, where an
@@ -10,7 +10,7 @@
 // and step, each weight row unpacked once per block into Int8Format's layout.
 // vpmaddubsw multiplies unsigned bytes with signed ones: here the weights are
 // the unsigned operand, as they are stored (Q4_0 and Q4_K nibbles 0..15,
-// Q6_K quants 0..63), and the activations, quantised per token and block as
+// Q5_K quants 0..31, Q6_K quants 0..63), and the activations, quantised per token and block as
 // for decode, the signed one. The stored offset (Q4_0 8, Q6_K 32) is taken
 // back per block as offset x the token's sum of quants, which is the same for
 // every row, so the rows carry no corrections.
@@ -20,7 +20,8 @@
 // it would replace, so Q8_0 stays on those. With the others a pair stays far
 // below it, and the int16 pair sums of Run quads are added before they are
 // widened (vpmaddwd) to int32: Q4_0 and Q4_K (q <= 15) 8 quads, 8 x 2 x 15 x
-// 127 = 30480; Q6_K (q <= 63) 2 quads, 2 x 2 x 63 x 127 = 32004.
+// 127 = 30480; Q5_K (q <= 31) 4 quads, 4 x 2 x 31 x 127 = 31496; Q6_K (q <=
+// 63) 2 quads, 2 x 2 x 63 x 127 = 32004.
 #pragma once
 
 #include "streamllm/kernels/int8_tile_format.hpp"
@@ -58,7 +59,7 @@ inline constexpr std::size_t kInt8SumsAt = kInt8QuadBytes + 2 * kInt8Tok * sizeo
 inline constexpr std::size_t kInt8BlockBytes = kInt8SumsAt + 2 * kInt8Tok * sizeof(std::int32_t);
 
 // The types these tiles take.
-constexpr bool has_int8_tiles(DType t) { return t == DType::Q4_0 || t == DType::Q4_K || t == DType::Q6_K; }
+constexpr bool has_int8_tiles(DType t) { return t == DType::Q4_0 || is_kquant(t); }
 
 template <class T>
 STREAMLLM_AVX2 inline T load_scalar(const std::byte* p) {
@@ -163,8 +164,29 @@ inline void pack_group_int8(const float* x, std::size_t ldx, std::size_t n, std:
   }
 }
 
-// Rows of Q4_0, Q4_K or Q6_K weights unpacked a block at a time into
-// Format's layout: Q4_0 as Int8Blocks, Q4_K as Int8Q4K, Q6_K as Int8Q6K,
+// Super-block sb of a Q4_K or Q5_K row as Int8Q4K lays it out: the quants,
+// d sc and -dmin m per block of 32.
+template <class Block>
+STREAMLLM_AVX2 inline void unpack_affine_k(const Block& blk, __m256i (&u)[8], std::int8_t* q, std::byte* scales, std::byte* mins,
+                                           std::size_t sb) {
+  if constexpr (std::is_same_v<Block, quant::BlockQ4K>)
+    q4k_quants(blk.qs, u);
+  else
+    q5k_quants(blk, u);
+  const quant::Q4KScalesMins p = quant::q4k_scales_mins_bytes(blk.scales);
+  const float d = _cvtsh_ss(blk.d), dmin = _cvtsh_ss(blk.dmin);
+  for (std::size_t j = 0; j < 8; ++j) {
+    const float sc = d * static_cast<float>((p.scales >> (8 * j)) & 0xFF);
+    const float min = -dmin * static_cast<float>((p.mins >> (8 * j)) & 0xFF);
+    const std::size_t b = 8 * sb + j;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b), u[j]);
+    std::memcpy(scales + 4 * b, &sc, 4);
+    std::memcpy(mins + 4 * b, &min, 4);
+  }
+}
+
+// Rows of Q4_0, Q4_K, Q5_K or Q6_K weights unpacked a block at a time into
+// Format's layout: Q4_0 as Int8Blocks, Q4_K and Q5_K as Int8Q4K, Q6_K as Int8Q6K,
 // each quant as the unsigned byte it is stored as (the micro-kernel takes the
 // offset back); the layout's corrections are not used here.
 template <class Format>
@@ -174,10 +196,10 @@ struct Int8Rows {
                                                                AlignedVector<std::byte>& scratch) const {
     const std::size_t ld = Format::row_bytes(kc), nb = kc / 32;
     const DType type = w->type;
-    const bool kquant = type == DType::Q4_K || type == DType::Q6_K;
-    const bool fits = type == DType::Q4_K   ? std::is_same_v<Format, Int8Q4K>
-                      : type == DType::Q6_K ? std::is_same_v<Format, Int8Q6K>
-                                            : type == DType::Q4_0 && std::is_same_v<Format, Int8Blocks>;
+    const bool kquant = is_kquant(type);
+    const bool fits = type == DType::Q4_K || type == DType::Q5_K ? std::is_same_v<Format, Int8Q4K>
+                      : type == DType::Q6_K                      ? std::is_same_v<Format, Int8Q6K>
+                                                                 : type == DType::Q4_0 && std::is_same_v<Format, Int8Blocks>;
     if (!fits || kc % 32 != 0 || (kquant && (k0 % 256 != 0 || kc % 256 != 0)))
       throw Error("avx2::Int8Rows: " + std::string(dtype_name(type)) + " rows at columns [" + std::to_string(k0) + ", " +
                   std::to_string(k0 + kc) + ") do not fit this tile format");
@@ -198,20 +220,11 @@ struct Int8Rows {
       }
       for (std::size_t sb = 0; sb < kc / 256; ++sb) {
         __m256i u[8];
-        if (type == DType::Q4_K) {
-          const auto& blk = reinterpret_cast<const quant::BlockQ4K*>(src)[sb];
-          q4k_quants(blk, u);
-          const quant::Q4KScalesMins p = quant::q4k_scales_mins_bytes(blk.scales);
-          const float d = _cvtsh_ss(blk.d), dmin = _cvtsh_ss(blk.dmin);
-          for (std::size_t j = 0; j < 8; ++j) {
-            const float sc = d * static_cast<float>((p.scales >> (8 * j)) & 0xFF);
-            const float min = -dmin * static_cast<float>((p.mins >> (8 * j)) & 0xFF);
-            const std::size_t b = 8 * sb + j;
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b), u[j]);
-            std::memcpy(scales + 4 * b, &sc, 4);
-            std::memcpy(o + Format::mins_at(kc) + 4 * b, &min, 4);
-          }
-        } else {
+        if (type == DType::Q4_K)
+          unpack_affine_k(reinterpret_cast<const quant::BlockQ4K*>(src)[sb], u, q, scales, o + Format::mins_at(kc), sb);
+        else if (type == DType::Q5_K)
+          unpack_affine_k(reinterpret_cast<const quant::BlockQ5K*>(src)[sb], u, q, scales, o + Format::mins_at(kc), sb);
+        else {
           const auto& blk = reinterpret_cast<const quant::BlockQ6K*>(src)[sb];
           q6k_quants(blk, u);
           const float d = _cvtsh_ss(blk.d);

@@ -68,9 +68,26 @@ inline void gemv_q4_0(const TensorView& w, const QuantizedActivations& xa, std::
   }
 }
 
-// Q4_K / Q6_K weights x Q8 activations: per sub-block an integer dot product
-// of the unsigned quants, scaled by d sc dx; less, for Q4_K, dmin m dx times
-// the activation block's sum, and for Q6_K the offset 32 times the
+// One Q4_K / Q5_K super-block's unsigned quants q against its 256
+// activations: per sub-block of 32 the integer dot product scaled by d sc
+// dx, less dmin m dx times the activation block's sum.
+template <class Block>
+inline float affine_k_dot(const Block& b, const std::uint8_t* q, const std::int8_t* xq, const float* xd, const std::int32_t* sums) {
+  const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
+  float acc = 0;
+  for (int j = 0; j < 8; ++j) {
+    std::uint8_t sc, m;
+    quant::q4k_scale_min(j, b.scales, sc, m);
+    std::int32_t dot = 0;
+    for (int e = 32 * j; e < 32 * j + 32; ++e) dot += q[e] * xq[e];
+    acc += d * sc * xd[j] * static_cast<float>(dot) - dmin * m * xd[j] * static_cast<float>(sums[j]);
+  }
+  return acc;
+}
+
+// K-quant weights x Q8 activations: per sub-block an integer dot product
+// of the unsigned quants, scaled by d sc dx; less, for Q4_K and Q5_K, dmin m
+// dx times the activation block's sum, and for Q6_K the offset 32 times the
 // sub-block's activations. The twin of the VNNI kernel (gemv_kquant_int8_row).
 inline void gemv_kquant_int8(const TensorView& w, const QuantizedActivations& xa, std::size_t n, float* y,
                              std::size_t ldy, std::size_t r0, std::size_t r1) {
@@ -89,15 +106,15 @@ inline void gemv_kquant_int8(const TensorView& w, const QuantizedActivations& xa
               q[64 * c + i] = b.qs[32 * c + i] & 0x0F;
               q[64 * c + 32 + i] = b.qs[32 * c + i] >> 4;
             }
-          const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
-          for (int j = 0; j < 8; ++j) {
-            std::uint8_t sc, m;
-            quant::q4k_scale_min(j, b.scales, sc, m);
-            std::int32_t dot = 0;
-            for (int e = 32 * j; e < 32 * j + 32; ++e) dot += q[e] * xq[e];
-            const std::int32_t sum = xa.sum_row(t)[8 * sb + static_cast<std::size_t>(j)];
-            acc += d * sc * xd[j] * static_cast<float>(dot) - dmin * m * xd[j] * static_cast<float>(sum);
-          }
+          acc += affine_k_dot(b, q, xq, xd, xa.sum_row(t) + 8 * sb);
+        } else if (w.type == DType::Q5_K) {
+          const auto& b = reinterpret_cast<const quant::BlockQ5K*>(w.row(static_cast<std::int64_t>(r)))[sb];
+          for (int c = 0; c < 4; ++c)
+            for (int i = 0; i < 32; ++i) {
+              q[64 * c + i] = static_cast<std::uint8_t>((b.qs[32 * c + i] & 0x0F) | ((b.qh[i] >> (2 * c)) & 1) << 4);
+              q[64 * c + 32 + i] = static_cast<std::uint8_t>((b.qs[32 * c + i] >> 4) | ((b.qh[i] >> (2 * c + 1)) & 1) << 4);
+            }
+          acc += affine_k_dot(b, q, xq, xd, xa.sum_row(t) + 8 * sb);
         } else {
           const auto& b = reinterpret_cast<const quant::BlockQ6K*>(w.row(static_cast<std::int64_t>(r)))[sb];
           for (int h = 0; h < 2; ++h)

@@ -9,14 +9,18 @@
 //   BF16        widened to f32, FMA                   bf16 tiles, vdpbf16ps (*)
 //   Q8_0, Q4_0  int8 activations, vpdpbusd            unpacked to int8 per block, int8 tiles, vpdpbusd
 //   (and their interleaved forms, Q8_0x16 and Q4_0x16, which the model makes at load)
-//   Q4_K, Q6_K  int8 activations, vpdpbusd            unpacked to int8 per block (their own sub-block
-//                                                     scales and mins), int8 tiles, vpdpbusd
+//   Q4_K, Q5_K, int8 activations, vpdpbusd            unpacked to int8 per block (their own sub-block
+//   Q6_K                                              scales and mins), int8 tiles, vpdpbusd
+//   Q4_1, Q5_0, int8 activations, vpdpbusd            converted to f32 per block, f32 tiles
+//   Q5_1        (gemv_unsigned_blocks.hpp: llama.cpp's older types, and its fallbacks for rows
+//               the K-quants cannot take)
 // (*) where vdpbf16ps is full rate (bf16_tiles(): AMD); elsewhere (Intel)
 // widened to f32 per block, f32 tiles.
 // Without AVX-512 BF16/VNNI, where the CPU has AVX2 and FMA (Isa::Avx2),
-// decode of F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K takes the AVX2 kernels (the
-// same conversions and int8 activations, vpmaddubsw for the integer dot
-// products), and prefill of Q4_0, Q4_K and Q6_K the AVX2 int8 tiles
+// decode of F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and the K-quants takes
+// the AVX2 kernels (the same conversions and int8 activations, vpmaddubsw
+// for the integer dot products), and prefill of Q4_0 and the K-quants the
+// AVX2 int8 tiles
 // (gemm_int8_avx2.hpp); everything else (or everything, forced to
 // Isa::Portable) takes the xsimd paths: f32 FMA over dequantised rows, and
 // f32 tiles.
@@ -38,6 +42,7 @@
 #include "streamllm/kernels/gemm_int8_avx2.hpp"
 #include "streamllm/kernels/gemv_f32.hpp"
 #include "streamllm/kernels/gemv_typed.hpp"
+#include "streamllm/kernels/gemv_unsigned_blocks.hpp"
 #include "streamllm/kernels/threading.hpp"
 #include "streamllm/kernels/x86_avx2.hpp"
 #include "streamllm/kernels/x86_avx512.hpp"
@@ -66,7 +71,7 @@ constexpr bool is_int8_blocks(DType t) {
 
 // The types whose prefill takes the int8 tiles (VNNI): the blocks of 32, and
 // the K-quants with their sub-block scales (gemm_int8.hpp).
-constexpr bool has_int8_tiles(DType t) { return is_int8_blocks(t) || t == DType::Q4_K || t == DType::Q6_K; }
+constexpr bool has_int8_tiles(DType t) { return is_int8_blocks(t) || is_kquant(t); }
 
 inline std::size_t gemv_token_limit(const TensorView& w, Isa isa) {
   if (isa != Isa::Avx512Bf16Vnni) return kMaxGemvTokens;
@@ -151,9 +156,9 @@ inline const QuantizedActivations* int8_activations(DType type, const float* x, 
 // The types whose matrix-vector kernel on `isa` reads the tokens quantised
 // to int8 blocks (decode_activations) rather than as floats.
 inline bool has_int8_gemv(DType t, Isa isa) {
-  const bool blocks = t == DType::Q8_0 || t == DType::Q4_0, kquant = t == DType::Q4_K || t == DType::Q6_K;
-  if (isa == Isa::Avx512Bf16Vnni) return is_int8_blocks(t) || kquant;
-  if (isa == Isa::Avx2) return blocks || kquant;
+  const bool blocks = t == DType::Q8_0 || t == DType::Q4_0, kquant = is_kquant(t);
+  if (isa == Isa::Avx512Bf16Vnni) return is_int8_blocks(t) || kquant || is_unsigned_blocks(t);
+  if (isa == Isa::Avx2) return blocks || kquant || is_unsigned_blocks(t);
   return blocks;
 }
 
@@ -188,13 +193,26 @@ inline const QuantizedActivations* decode_activations(DType t, Isa isa, const fl
   const auto stride = static_cast<std::size_t>(w.row_stride);
   with_token_count(n, [&]<int NT>() { avx512::gemv_kquant_int8_rows<NT>(w.type, r0, r1, w.data, stride, xa, y, ldy); });
 }
+[[gnu::noinline]] inline void avx512_unsigned_blocks_chunk(const TensorView& w, std::size_t r0, std::size_t r1,
+                                                          const QuantizedActivations& xa, std::size_t n, float* y, std::size_t ldy) {
+  const auto stride = static_cast<std::size_t>(w.row_stride);
+  with_token_count(n, [&]<int NT>() {
+    with_unsigned_block(w.type, [&](auto tag) {
+      avx512::gemv_unsigned_blocks_rows<decltype(tag), NT>(r0, r1, w.data, stride, xa, y, ldy);
+    });
+  });
+}
 #endif
 #ifdef STREAMLLM_HAVE_AVX2_KERNELS
 [[gnu::noinline]] inline void avx2_int8_chunk(const TensorView& w, std::size_t r0, std::size_t r1, const QuantizedActivations& xa,
                                               std::size_t n, float* y, std::size_t ldy) {
   const auto stride = static_cast<std::size_t>(w.row_stride);
   with_token_count(n, [&]<int NT>() {
-    if (w.type == DType::Q4_K || w.type == DType::Q6_K) return avx2::gemv_kquant_rows<NT>(w.type, r0, r1, w.data, stride, xa, y, ldy);
+    if (is_kquant(w.type)) return avx2::gemv_kquant_rows<NT>(w.type, r0, r1, w.data, stride, xa, y, ldy);
+    if (is_unsigned_blocks(w.type))
+      return with_unsigned_block(w.type, [&](auto tag) {
+        avx2::gemv_unsigned_blocks_rows<decltype(tag), NT>(r0, r1, w.data, stride, xa, y, ldy);
+      });
     if (w.type == DType::Q8_0) return avx2::gemv_int8_rows<avx2::Q8_0Row, NT>(r0, r1, w.data, stride, xa, y, ldy);
     avx2::gemv_int8_rows<avx2::Q4_0Row, NT>(r0, r1, w.data, stride, xa, y, ldy);
   });
@@ -205,7 +223,8 @@ inline void gemv_int8_chunk(const TensorView& w, Isa isa, std::size_t r0, std::s
                             std::size_t n, float* y, std::size_t ldy) {
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
   if (isa == Isa::Avx512Bf16Vnni) {
-    if (w.type == DType::Q4_K || w.type == DType::Q6_K) return avx512_kquant_chunk(w, r0, r1, *xa, n, y, ldy);
+    if (is_kquant(w.type)) return avx512_kquant_chunk(w, r0, r1, *xa, n, y, ldy);
+    if (is_unsigned_blocks(w.type)) return avx512_unsigned_blocks_chunk(w, r0, r1, *xa, n, y, ldy);
     return gemv_int8_rows(w.type, r0, r1, w.data, static_cast<std::size_t>(w.row_stride), xa, n, y, ldy);
   }
 #endif
@@ -294,7 +313,7 @@ using GemmInt8Tokens = avx512::GemmInt8<Int8Blocks>;
 inline void gemm_int8_packed(const TensorView& w, const std::uint8_t* xp, std::size_t n, float* y, std::size_t ldy) {
   using namespace avx512;
   const auto m = static_cast<std::size_t>(w.rows), k = static_cast<std::size_t>(w.cols);
-  if (w.type == DType::Q4_K) return gemm_packed<GemmInt8<Int8Q4K>>(Int8Rows<Int8Q4K>{&w}, m, k, xp, n, y, ldy);
+  if (w.type == DType::Q4_K || w.type == DType::Q5_K) return gemm_packed<GemmInt8<Int8Q4K>>(Int8Rows<Int8Q4K>{&w}, m, k, xp, n, y, ldy);
   if (w.type == DType::Q6_K) return gemm_packed<GemmInt8<Int8Q6K>>(Int8Rows<Int8Q6K>{&w}, m, k, xp, n, y, ldy);
   gemm_packed<GemmInt8<Int8Blocks>>(Int8Rows<Int8Blocks>{&w}, m, k, xp, n, y, ldy);
 }
@@ -308,6 +327,7 @@ inline void gemm_int8_packed_avx2(const TensorView& w, const std::uint8_t* xp, s
   using namespace avx2;
   const auto m = static_cast<std::size_t>(w.rows), k = static_cast<std::size_t>(w.cols);
   if (w.type == DType::Q4_K) return gemm_packed<GemmInt8<Int8Q4K, 8, 0>>(Int8Rows<Int8Q4K>{&w}, m, k, xp, n, y, ldy);
+  if (w.type == DType::Q5_K) return gemm_packed<GemmInt8<Int8Q4K, 4, 0>>(Int8Rows<Int8Q4K>{&w}, m, k, xp, n, y, ldy);
   if (w.type == DType::Q6_K) return gemm_packed<GemmInt8<Int8Q6K, 2, 32>>(Int8Rows<Int8Q6K>{&w}, m, k, xp, n, y, ldy);
   gemm_packed<GemmInt8<Int8Blocks, 8, 8>>(Int8Rows<Int8Blocks>{&w}, m, k, xp, n, y, ldy);
 }

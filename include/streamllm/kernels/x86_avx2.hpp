@@ -1,6 +1,6 @@
 // AVX2 decode kernels, for x86 CPUs without AVX-512 (or whose hypervisor
-// hides it): F16 / BF16 rows widened to f32, and Q8_0 / Q4_0 / Q4_K / Q6_K
-// rows multiplied with int8 activations by vpmaddubsw. Compiled with a target attribute
+// hides it): F16 / BF16 rows widened to f32, and Q8_0 / Q4_0 / Q4_K / Q5_K /
+// Q6_K rows multiplied with int8 activations by vpmaddubsw. Compiled with a target attribute
 // whatever the build flags and chosen at run time (cpu_features.hpp, Isa::Avx2),
 // as the AVX-512 kernels are; the scalar twins are in gemv_typed.hpp.
 //
@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "streamllm/dtype.hpp"
 #include "streamllm/kernels/activations_q8.hpp"
@@ -238,7 +239,7 @@ STREAMLLM_AVX2 inline void gemv_int8_rows(std::size_t r0, std::size_t r1, const 
   }
 }
 
-// ---- Q4_K / Q6_K rows x int8 activations ------------------------------------
+// ---- Q4_K / Q5_K / Q6_K rows x int8 activations -----------------------------
 //
 // Per vector of 32 quants (one activation block): vpmaddubsw with the
 // activations, then vpmaddwd by the sub-block scales (int16) instead of by
@@ -246,8 +247,8 @@ STREAMLLM_AVX2 inline void gemv_int8_rows(std::size_t r0, std::size_t r1, const 
 // are reduced together, lane j to the sum of vector j (reduce8), so that the
 // float work - convert, times d x the eight activation scales, add - is one
 // vector per super-block and token instead of one per block. Q4_K's nibbles
-// are unsigned (0..15); its mins, dmin m dx x the activation block's sum, are
-// one more vector. Q6_K's quants minus 32 take vpmaddubsw's sign trick, as
+// are unsigned (0..15; Q5_K's quants 0..31 likewise); its mins, dmin m dx x
+// the activation block's sum, are one more vector. Q6_K's quants minus 32 take vpmaddubsw's sign trick, as
 // Q8_0 does; a vector spans two sub-blocks of 16, whose scales fill its halves.
 // (Scaled per block instead: TinyLlama Q4_K_M decode on one thread, two
 // alternating runs, 10.8-11.3 against 13.0-14.3 tok/s.) The scales are
@@ -256,12 +257,24 @@ STREAMLLM_AVX2 inline void gemv_int8_rows(std::size_t r0, std::size_t r1, const 
 // 22.2-22.7 -> 28.3-28.9 tok/s; Q6_K 17.2-18.6 -> 17.7-19.6 GB/s.
 
 // A Q4_K super-block's nibbles as bytes 0..15, q[j] = elements 32j..32j+31.
-STREAMLLM_AVX2 inline void q4k_quants(const quant::BlockQ4K& b, __m256i (&q)[8]) {
+STREAMLLM_AVX2 inline void q4k_quants(const std::uint8_t* qs, __m256i (&q)[8]) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   for (int c = 0; c < 4; ++c) {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * c));
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * c));
     q[2 * c] = _mm256_and_si256(v, m4);
     q[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+  }
+}
+
+// A Q5_K super-block's quants as bytes 0..31: Q4_K's nibbles, and bit j of
+// qh[l] moved to bit 4 of element 32j + l.
+STREAMLLM_AVX2 inline void q5k_quants(const quant::BlockQ5K& b, __m256i (&q)[8]) {
+  q4k_quants(b.qs, q);
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh)), bit4 = _mm256_set1_epi8(0x10);
+  for (int j = 0; j < 8; ++j) {
+    // 16-bit shifts: bit 4 of each byte comes from the same byte (shifts of at most 4)
+    const __m256i at4 = j < 4 ? _mm256_sll_epi16(h, _mm_cvtsi32_si128(4 - j)) : _mm256_srl_epi16(h, _mm_cvtsi32_si128(j - 4));
+    q[j] = _mm256_or_si256(q[j], _mm256_and_si256(at4, bit4));
   }
 }
 
@@ -287,13 +300,15 @@ STREAMLLM_AVX2 inline __m256i kquant_dot(__m256i q_abs, __m256i q_signs, const s
   return _mm256_madd_epi16(_mm256_maddubs_epi16(q_abs, x), scales16);
 }
 
-// Super-block sb of a Q4_K row against NT tokens.
-template <int NT>
-STREAMLLM_AVX2 inline void q4k_super_block(const quant::BlockQ4K& b, const QuantizedActivations& xa, std::size_t sb,
-                                           __m256 (&acc)[NT]) {
+// Super-block sb of a Q4_K or Q5_K row against NT tokens.
+template <int NT, class Block>
+STREAMLLM_AVX2 inline void q4k_super_block(const Block& b, const QuantizedActivations& xa, std::size_t sb, __m256 (&acc)[NT]) {
   const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d)), dmin = _mm256_set1_ps(_cvtsh_ss(b.dmin));
   __m256i q[8], scales16[8];
-  q4k_quants(b, q);
+  if constexpr (std::is_same_v<Block, quant::BlockQ4K>)
+    q4k_quants(b.qs, q);
+  else
+    q5k_quants(b, q);
   // The eight scales as int16 in each half, sub-block j's spread over a
   // vector by one byte shuffle; mins widened to float.
   const quant::Q4KScalesMins p = quant::q4k_scales_mins_bytes(b.scales);
@@ -345,7 +360,7 @@ STREAMLLM_AVX2 inline void q6k_super_block(const quant::BlockQ6K& b, const Quant
   }
 }
 
-// Rows [r0, r1) of a Q4_K or Q6_K matrix against NT tokens.
+// Rows [r0, r1) of a Q4_K, Q5_K or Q6_K matrix against NT tokens.
 template <int NT>
 STREAMLLM_AVX2 inline void gemv_kquant_rows(DType type, std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
                                             const QuantizedActivations& xa, float* y, std::size_t ldy) {
@@ -357,6 +372,8 @@ STREAMLLM_AVX2 inline void gemv_kquant_rows(DType type, std::size_t r0, std::siz
     for (std::size_t sb = 0; sb < super_blocks; ++sb) {
       if (type == DType::Q4_K)
         q4k_super_block<NT>(reinterpret_cast<const quant::BlockQ4K*>(row)[sb], xa, sb, acc);
+      else if (type == DType::Q5_K)
+        q4k_super_block<NT>(reinterpret_cast<const quant::BlockQ5K*>(row)[sb], xa, sb, acc);
       else
         q6k_super_block<NT>(reinterpret_cast<const quant::BlockQ6K*>(row)[sb], xa, sb, acc);
     }

@@ -30,9 +30,29 @@ struct BlockQ4_0 {     // x = d * (q - 8); element j in the low nibble of qs[j],
   std::uint16_t d;
   std::uint8_t qs[kQK / 2];
 };
+struct BlockQ4_1 {     // x = d * q + m, nibbles as Q4_0's
+  std::uint16_t d, m;
+  std::uint8_t qs[kQK / 2];
+};
+struct BlockQ5_0 {     // x = d * (q - 16): Q4_0's nibbles, bit j of qh the fifth bit of element j
+  std::uint16_t d;
+  std::uint8_t qh[4];
+  std::uint8_t qs[kQK / 2];
+};
+struct BlockQ5_1 {     // x = d * q + m, bits as Q5_0's
+  std::uint16_t d, m;
+  std::uint8_t qh[4];
+  std::uint8_t qs[kQK / 2];
+};
 struct BlockQ4K {      // 8 sub-blocks of 32: x = d * sc * q - dmin * m, 6-bit sc and m
   std::uint16_t d, dmin;
   std::uint8_t scales[12];
+  std::uint8_t qs[kQKK / 2];
+};
+struct BlockQ5K {      // Q4_K with a fifth bit: sub-block 2c + h of chunk c takes bit 2c + h of qh[l]
+  std::uint16_t d, dmin;
+  std::uint8_t scales[12];
+  std::uint8_t qh[kQKK / 8];
   std::uint8_t qs[kQKK / 2];
 };
 struct BlockQ6K {      // 16 sub-blocks of 16: x = d * sc * (q - 32), 8-bit sc, 6-bit q
@@ -44,7 +64,8 @@ struct BlockQ6K {      // 16 sub-blocks of 16: x = d * sc * (q - 32), 8-bit sc, 
 #pragma pack(pop)
 
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18);
-static_assert(sizeof(BlockQ4K) == 144 && sizeof(BlockQ6K) == 210);
+static_assert(sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 && sizeof(BlockQ5_1) == 24);
+static_assert(sizeof(BlockQ4K) == 144 && sizeof(BlockQ5K) == 176 && sizeof(BlockQ6K) == 210);
 
 // ---- dequantisation (reference) --------------------------------------------
 
@@ -59,6 +80,38 @@ inline void dequantize(const BlockQ4_0& b, float* y) {
     y[j] = d * static_cast<float>((b.qs[j] & 0x0F) - 8);
     y[j + kQK / 2] = d * static_cast<float>((b.qs[j] >> 4) - 8);
   }
+}
+
+inline void dequantize(const BlockQ4_1& b, float* y) {
+  const float d = f16_to_f32(b.d), m = f16_to_f32(b.m);
+  for (int j = 0; j < kQK / 2; ++j) {
+    y[j] = d * static_cast<float>(b.qs[j] & 0x0F) + m;
+    y[j + kQK / 2] = d * static_cast<float>(b.qs[j] >> 4) + m;
+  }
+}
+
+// The 5-bit quants of a Q5_0 / Q5_1 block, 0..31.
+inline void q5_quants(const std::uint8_t* qh4, const std::uint8_t* qs, int* q) {
+  std::uint32_t qh;
+  std::memcpy(&qh, qh4, sizeof qh);
+  for (int j = 0; j < kQK / 2; ++j) {
+    q[j] = (qs[j] & 0x0F) | static_cast<int>((qh >> j) & 1) << 4;
+    q[j + kQK / 2] = (qs[j] >> 4) | static_cast<int>((qh >> (j + kQK / 2)) & 1) << 4;
+  }
+}
+
+inline void dequantize(const BlockQ5_0& b, float* y) {
+  const float d = f16_to_f32(b.d);
+  int q[kQK];
+  q5_quants(b.qh, b.qs, q);
+  for (int j = 0; j < kQK; ++j) y[j] = d * static_cast<float>(q[j] - 16);
+}
+
+inline void dequantize(const BlockQ5_1& b, float* y) {
+  const float d = f16_to_f32(b.d), m = f16_to_f32(b.m);
+  int q[kQK];
+  q5_quants(b.qh, b.qs, q);
+  for (int j = 0; j < kQK; ++j) y[j] = d * static_cast<float>(q[j]) + m;
 }
 
 // The 6-bit scale and min of sub-block j of a Q4_K block.
@@ -100,6 +153,20 @@ inline void dequantize(const BlockQ4K& b, float* y) {
   }
 }
 
+inline void dequantize(const BlockQ5K& b, float* y) {
+  const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
+  const std::uint8_t* q = b.qs;
+  for (int j = 0, c = 0; j < kQKK; j += 64, q += 32, ++c) {
+    std::uint8_t sc, m;
+    q4k_scale_min(j / 32, b.scales, sc, m);
+    const float d1 = d * sc, m1 = dmin * m;
+    q4k_scale_min(j / 32 + 1, b.scales, sc, m);
+    const float d2 = d * sc, m2 = dmin * m;
+    for (int l = 0; l < 32; ++l) y[j + l] = d1 * static_cast<float>((q[l] & 0x0F) | ((b.qh[l] >> (2 * c)) & 1) << 4) - m1;
+    for (int l = 0; l < 32; ++l) y[j + 32 + l] = d2 * static_cast<float>((q[l] >> 4) | ((b.qh[l] >> (2 * c + 1)) & 1) << 4) - m2;
+  }
+}
+
 inline void dequantize(const BlockQ6K& b, float* y) {
   const float d = f16_to_f32(b.d);
   const std::uint8_t* ql = b.ql;
@@ -118,6 +185,11 @@ inline void dequantize(const BlockQ6K& b, float* y) {
       y[n + l + 96] = d * sc[is + 6] * static_cast<float>(q4);
     }
   }
+}
+
+template <class Block, int N>
+inline void dequantize_blocks(const std::byte* src, std::int64_t cols, float* y) {
+  for (std::int64_t b = 0; b < cols / N; ++b) dequantize(reinterpret_cast<const Block*>(src)[b], y + b * N);
 }
 
 // One row of `cols` elements of any type to f32.
@@ -140,18 +212,14 @@ inline void dequantize_row(DType t, const std::byte* src, std::int64_t cols, flo
         y[i] = bf16_to_f32(h);
       }
       return;
-    case DType::Q8_0:
-      for (std::int64_t b = 0; b < cols / kQK; ++b) dequantize(reinterpret_cast<const BlockQ8_0*>(src)[b], y + b * kQK);
-      return;
-    case DType::Q4_0:
-      for (std::int64_t b = 0; b < cols / kQK; ++b) dequantize(reinterpret_cast<const BlockQ4_0*>(src)[b], y + b * kQK);
-      return;
-    case DType::Q4_K:
-      for (std::int64_t b = 0; b < cols / kQKK; ++b) dequantize(reinterpret_cast<const BlockQ4K*>(src)[b], y + b * kQKK);
-      return;
-    case DType::Q6_K:
-      for (std::int64_t b = 0; b < cols / kQKK; ++b) dequantize(reinterpret_cast<const BlockQ6K*>(src)[b], y + b * kQKK);
-      return;
+    case DType::Q8_0: return dequantize_blocks<BlockQ8_0, kQK>(src, cols, y);
+    case DType::Q4_0: return dequantize_blocks<BlockQ4_0, kQK>(src, cols, y);
+    case DType::Q4_1: return dequantize_blocks<BlockQ4_1, kQK>(src, cols, y);
+    case DType::Q5_0: return dequantize_blocks<BlockQ5_0, kQK>(src, cols, y);
+    case DType::Q5_1: return dequantize_blocks<BlockQ5_1, kQK>(src, cols, y);
+    case DType::Q4_K: return dequantize_blocks<BlockQ4K, kQKK>(src, cols, y);
+    case DType::Q5_K: return dequantize_blocks<BlockQ5K, kQKK>(src, cols, y);
+    case DType::Q6_K: return dequantize_blocks<BlockQ6K, kQKK>(src, cols, y);
     case DType::Q8_0x16:
     case DType::Q4_0x16: {
       // A group at a time back to its blocks; the tail is blocks already.
@@ -207,15 +275,66 @@ inline void quantize(const float* x, BlockQ4_0& b) {
   }
 }
 
-// Q4_K: per sub-block of 32 an affine 4-bit grid [min, max]; the 8 scales and
-// 8 mins are then quantised to 6 bits against the super-block's largest.
-inline void quantize(const float* x, BlockQ4K& b) {
+// Q4_1 / Q5_1: an affine grid of Levels + 1 steps from the block's minimum
+// to its maximum, quantised against d and m as the decoder will see them.
+template <int Levels>
+inline void quantize_affine_block(const float* x, std::uint16_t& d16, std::uint16_t& m16, int* q) {
+  const float lo = *std::min_element(x, x + kQK), hi = *std::max_element(x, x + kQK);
+  d16 = f32_to_f16((hi - lo) / Levels);
+  m16 = f32_to_f16(lo);
+  const float d = f16_to_f32(d16), m = f16_to_f32(m16), id = inverse_or_zero(d);
+  for (int j = 0; j < kQK; ++j) q[j] = std::clamp(nearest_int((x[j] - m) * id), 0, Levels);
+}
+
+inline void quantize(const float* x, BlockQ4_1& b) {
+  int q[kQK];
+  quantize_affine_block<15>(x, b.d, b.m, q);
+  for (int j = 0; j < kQK / 2; ++j) b.qs[j] = static_cast<std::uint8_t>(q[j] | q[j + kQK / 2] << 4);
+}
+
+// The low nibbles of 32 5-bit quants into qs (Q4_0's order), the fifth bits into qh.
+inline void pack_q5(const int* q, std::uint8_t* qh4, std::uint8_t* qs) {
+  std::uint32_t qh = 0;
+  for (int j = 0; j < kQK / 2; ++j) {
+    qs[j] = static_cast<std::uint8_t>((q[j] & 0x0F) | (q[j + kQK / 2] & 0x0F) << 4);
+    qh |= static_cast<std::uint32_t>(q[j] >> 4) << j | static_cast<std::uint32_t>(q[j + kQK / 2] >> 4) << (j + kQK / 2);
+  }
+  std::memcpy(qh4, &qh, sizeof qh);
+}
+
+inline void quantize(const float* x, BlockQ5_1& b) {
+  int q[kQK];
+  quantize_affine_block<31>(x, b.d, b.m, q);
+  pack_q5(q, b.qh, b.qs);
+}
+
+// Q5_0 as Q4_0: the largest-magnitude value mapped to -16 exactly.
+inline void quantize(const float* x, BlockQ5_0& b) {
+  float amax = 0, max = 0;
+  for (int j = 0; j < kQK; ++j)
+    if (std::abs(x[j]) > amax) {
+      amax = std::abs(x[j]);
+      max = x[j];
+    }
+  b.d = f32_to_f16(max / -16.0f);
+  const float id = inverse_or_zero(f16_to_f32(b.d));
+  int q[kQK];
+  for (int j = 0; j < kQK; ++j) q[j] = std::clamp(nearest_int(x[j] * id) + 16, 0, 31);
+  pack_q5(q, b.qh, b.qs);
+}
+
+// Q4_K / Q5_K: per sub-block of 32 an affine grid of Levels + 1 steps over
+// [min(0, lo), hi]; the 8 scales and 8 mins are then quantised to 6 bits
+// against the super-block's largest and packed as the format packs them.
+// q gets the quants (0..Levels) against the scales as the decoder sees them.
+template <int Levels>
+inline void quantize_k_affine(const float* x, std::uint16_t& d16, std::uint16_t& dmin16, std::uint8_t* scales, std::uint8_t* q) {
   float scale[8], minv[8], max_scale = 0, max_min = 0;
   for (int s = 0; s < 8; ++s) {
     const float* v = x + 32 * s;
     const float lo = std::min(0.0f, *std::min_element(v, v + 32));
     const float hi = *std::max_element(v, v + 32);
-    scale[s] = (hi - lo) / 15.0f;
+    scale[s] = (hi - lo) / Levels;
     minv[s] = -lo;
     max_scale = std::max(max_scale, scale[s]);
     max_min = std::max(max_min, minv[s]);
@@ -226,31 +345,46 @@ inline void quantize(const float* x, BlockQ4K& b) {
     ls[s] = static_cast<std::uint8_t>(d > 0 ? std::clamp(nearest_int(scale[s] / d), 0, 63) : 0);
     lm[s] = static_cast<std::uint8_t>(dmin > 0 ? std::clamp(nearest_int(minv[s] / dmin), 0, 63) : 0);
   }
-  b.d = f32_to_f16(d);
-  b.dmin = f32_to_f16(dmin);
-  std::memset(b.scales, 0, sizeof b.scales);
+  d16 = f32_to_f16(d);
+  dmin16 = f32_to_f16(dmin);
+  std::memset(scales, 0, 12);
   for (int j = 0; j < 8; ++j) {
     if (j < 4) {
-      b.scales[j] = ls[j];
-      b.scales[j + 4] = lm[j];
+      scales[j] = ls[j];
+      scales[j + 4] = lm[j];
     } else {
-      b.scales[j + 4] = static_cast<std::uint8_t>((ls[j] & 0x0F) | ((lm[j] & 0x0F) << 4));
-      b.scales[j - 4] |= static_cast<std::uint8_t>((ls[j] >> 4) << 6);
-      b.scales[j] |= static_cast<std::uint8_t>((lm[j] >> 4) << 6);
+      scales[j + 4] = static_cast<std::uint8_t>((ls[j] & 0x0F) | ((lm[j] & 0x0F) << 4));
+      scales[j - 4] |= static_cast<std::uint8_t>((ls[j] >> 4) << 6);
+      scales[j] |= static_cast<std::uint8_t>((lm[j] >> 4) << 6);
     }
   }
-  // Quantise against the scales as the decoder will see them.
-  const float df = f16_to_f32(b.d), mf = f16_to_f32(b.dmin);
-  std::uint8_t q[kQKK];
+  const float df = f16_to_f32(d16), mf = f16_to_f32(dmin16);
   for (int s = 0; s < 8; ++s) {
     std::uint8_t sc, m;
-    q4k_scale_min(s, b.scales, sc, m);
+    q4k_scale_min(s, scales, sc, m);
     const float ds = df * sc, ms = mf * m;
     for (int l = 0; l < 32; ++l)
-      q[32 * s + l] = static_cast<std::uint8_t>(ds > 0 ? std::clamp(nearest_int((x[32 * s + l] + ms) / ds), 0, 15) : 0);
+      q[32 * s + l] = static_cast<std::uint8_t>(ds > 0 ? std::clamp(nearest_int((x[32 * s + l] + ms) / ds), 0, Levels) : 0);
   }
+}
+
+inline void quantize(const float* x, BlockQ4K& b) {
+  std::uint8_t q[kQKK];
+  quantize_k_affine<15>(x, b.d, b.dmin, b.scales, q);
   for (int j = 0; j < kQKK; j += 64)
     for (int l = 0; l < 32; ++l) b.qs[j / 2 + l] = static_cast<std::uint8_t>(q[j + l] | (q[j + 32 + l] << 4));
+}
+
+inline void quantize(const float* x, BlockQ5K& b) {
+  std::uint8_t q[kQKK];
+  quantize_k_affine<31>(x, b.d, b.dmin, b.scales, q);
+  std::memset(b.qh, 0, sizeof b.qh);
+  for (int j = 0, c = 0; j < kQKK; j += 64, ++c)
+    for (int l = 0; l < 32; ++l) {
+      const std::uint8_t lo = q[j + l], hi = q[j + 32 + l];
+      b.qs[j / 2 + l] = static_cast<std::uint8_t>((lo & 0x0F) | (hi & 0x0F) << 4);
+      b.qh[l] = static_cast<std::uint8_t>(b.qh[l] | (lo >> 4) << (2 * c) | (hi >> 4) << (2 * c + 1));
+    }
 }
 
 // Q6_K: per sub-block of 16 a symmetric 6-bit grid, its scale quantised to
@@ -298,6 +432,11 @@ inline float largest_storable(DType t) {
   return t == DType::F32 || t == DType::BF16 ? std::numeric_limits<float>::max() : 65504.0f;
 }
 
+template <class Block, int N>
+inline void quantize_blocks(const float* x, std::int64_t cols, std::byte* dst) {
+  for (std::int64_t b = 0; b < cols / N; ++b) quantize(x + b * N, reinterpret_cast<Block*>(dst)[b]);
+}
+
 // One row of `cols` f32 values to any type (cols a multiple of its block).
 // Throws InputError for a value that is NaN, infinite, or too large for t,
 // naming its column: the quantisers assume finite input, and an Inf scale or
@@ -324,18 +463,14 @@ inline void quantize_row(DType t, const float* x, std::int64_t cols, std::byte* 
         std::memcpy(dst + 2 * i, &h, 2);
       }
       return;
-    case DType::Q8_0:
-      for (std::int64_t b = 0; b < cols / kQK; ++b) quantize(x + b * kQK, reinterpret_cast<BlockQ8_0*>(dst)[b]);
-      return;
-    case DType::Q4_0:
-      for (std::int64_t b = 0; b < cols / kQK; ++b) quantize(x + b * kQK, reinterpret_cast<BlockQ4_0*>(dst)[b]);
-      return;
-    case DType::Q4_K:
-      for (std::int64_t b = 0; b < cols / kQKK; ++b) quantize(x + b * kQKK, reinterpret_cast<BlockQ4K*>(dst)[b]);
-      return;
-    case DType::Q6_K:
-      for (std::int64_t b = 0; b < cols / kQKK; ++b) quantize(x + b * kQKK, reinterpret_cast<BlockQ6K*>(dst)[b]);
-      return;
+    case DType::Q8_0: return quantize_blocks<BlockQ8_0, kQK>(x, cols, dst);
+    case DType::Q4_0: return quantize_blocks<BlockQ4_0, kQK>(x, cols, dst);
+    case DType::Q4_1: return quantize_blocks<BlockQ4_1, kQK>(x, cols, dst);
+    case DType::Q5_0: return quantize_blocks<BlockQ5_0, kQK>(x, cols, dst);
+    case DType::Q5_1: return quantize_blocks<BlockQ5_1, kQK>(x, cols, dst);
+    case DType::Q4_K: return quantize_blocks<BlockQ4K, kQKK>(x, cols, dst);
+    case DType::Q5_K: return quantize_blocks<BlockQ5K, kQKK>(x, cols, dst);
+    case DType::Q6_K: return quantize_blocks<BlockQ6K, kQKK>(x, cols, dst);
     case DType::Q8_0x16:
     case DType::Q4_0x16: {
       std::vector<std::byte> blocks(static_cast<std::size_t>(row_bytes(t, cols)));

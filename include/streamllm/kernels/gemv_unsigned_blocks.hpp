@@ -1,0 +1,201 @@
+// Decode of Q4_1, Q5_0 and Q5_1 rows against int8 activations: blocks of 32
+// unsigned quants with a scale and an offset, x = d q + m (Q5_0 stores q - 16,
+// so m = -16 d). Per block, d dx (q . xq) + m dx (sum of xq): the integer dot
+// product is exact, and the offset needs only the activation block's d x sum,
+// which the activations carry (dsum) for Q4_K's mins already.
+// These are llama.cpp's older types, and the ones its quantiser falls back to
+// for rows the K-quants cannot take (a Q4_K_M file of a model whose rows are
+// not a multiple of 256 holds Q5_0). Dequantised to f32 instead, Q5_0 decode
+// of TinyLlama on the Zen 5 ran at 4.3 tok/s on 2 threads, llama.cpp 31.9.
+// Prefill takes the f32 tiles (matmul.hpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "streamllm/kernels/activations_q8.hpp"
+#include "streamllm/kernels/x86_avx2.hpp"
+#include "streamllm/kernels/x86_avx512.hpp"
+#include "streamllm/quant/blocks.hpp"
+#include "streamllm/tensor.hpp"
+
+namespace streamllm::kernels {
+
+// m of x = d q + m.
+inline float block_offset(const quant::BlockQ4_1& b) { return f16_to_f32(b.m); }
+inline float block_offset(const quant::BlockQ5_1& b) { return f16_to_f32(b.m); }
+inline float block_offset(const quant::BlockQ5_0& b) { return -16.0f * f16_to_f32(b.d); }
+
+// The fifth bits (bit j: element j), or none.
+template <class Block>
+inline std::uint32_t fifth_bits(const Block& b) {
+  if constexpr (std::is_same_v<Block, quant::BlockQ4_1>) {
+    return 0;
+  } else {
+    std::uint32_t qh;
+    std::memcpy(&qh, b.qh, sizeof qh);
+    return qh;
+  }
+}
+
+// Calls f(Block{}) with the block type of t (is_unsigned_blocks).
+template <class F>
+inline void with_unsigned_block(DType t, F&& f) {
+  if (t == DType::Q4_1) return f(quant::BlockQ4_1{});
+  if (t == DType::Q5_0) return f(quant::BlockQ5_0{});
+  f(quant::BlockQ5_1{});
+}
+
+namespace portable {
+
+// The twin of the SIMD kernels below: the same integer dot products.
+inline void gemv_unsigned_blocks(const TensorView& w, const QuantizedActivations& xa, std::size_t n, float* y, std::size_t ldy,
+                                 std::size_t r0, std::size_t r1) {
+  with_unsigned_block(w.type, [&](auto tag) {
+    using Block = decltype(tag);
+    for (std::size_t r = r0; r < r1; ++r) {
+      const auto* blocks = reinterpret_cast<const Block*>(w.row(static_cast<std::int64_t>(r)));
+      for (std::size_t t = 0; t < n; ++t) {
+        float acc = 0;
+        for (std::size_t b = 0; b < xa.blocks; ++b) {
+          const Block& blk = blocks[b];
+          const std::uint32_t qh = fifth_bits(blk);
+          const std::int8_t* xq = xa.q_row(t) + 32 * b;
+          std::int32_t dot = 0;
+          for (int j = 0; j < 16; ++j) {
+            dot += ((blk.qs[j] & 0x0F) | static_cast<int>((qh >> j) & 1) << 4) * xq[j];
+            dot += ((blk.qs[j] >> 4) | static_cast<int>((qh >> (j + 16)) & 1) << 4) * xq[j + 16];
+          }
+          acc += f16_to_f32(blk.d) * xa.d_row(t)[b] * static_cast<float>(dot) + block_offset(blk) * xa.dsum_row(t)[b];
+        }
+        y[t * ldy + r] = acc;
+      }
+    }
+  });
+}
+
+}  // namespace portable
+
+#ifdef STREAMLLM_HAVE_AVX512_KERNELS
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+#pragma GCC diagnostic push  // GCC bug 105593, see x86_avx512.hpp
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#define STREAMLLM_POP_DIAGNOSTICS_UNSIGNED
+#endif
+namespace avx512 {
+
+// A block's 32 quants in element order: the nibbles (low: elements 0-15,
+// high: 16-31), plus 16 where the fifth bit is set.
+template <class Block>
+STREAMLLM_AVX512 inline __m256i unsigned_quants(const Block& b) {
+  const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs)), m4 = _mm_set1_epi8(0x0F);
+  const __m256i q = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(a, 4), m4), _mm_and_si128(a, m4));
+  if constexpr (std::is_same_v<Block, quant::BlockQ4_1>)
+    return q;
+  else
+    return _mm256_mask_add_epi8(q, static_cast<__mmask32>(fifth_bits(b)), q, _mm256_set1_epi8(16));
+}
+
+// Rows [r0, r1) against NT tokens, a pair of blocks (64 quants, 16 lanes of
+// vpdpbusd) per step; an odd last block in scalar code.
+template <class Block, int NT>
+STREAMLLM_AVX512 inline void gemv_unsigned_blocks_rows(std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
+                                                       const QuantizedActivations& xa, float* y, std::size_t ldy) {
+  const std::size_t nb = xa.blocks;
+  for (std::size_t r = r0; r < r1; ++r) {
+    const std::byte* bytes = w + r * row_bytes;
+    const auto* row = reinterpret_cast<const Block*>(bytes);
+    __m512 acc[NT];
+    float offsets[NT] = {};
+    for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+    std::size_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+      if (kPrefetchInt8) prefetch_ahead(bytes + b * sizeof(Block) + kPrefetchBytes, 2 * sizeof(Block));
+      const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(unsigned_quants(row[b])), unsigned_quants(row[b + 1]), 1);
+      const __m512 dw = _mm512_insertf32x8(_mm512_set1_ps(_cvtsh_ss(row[b].d)), _mm256_set1_ps(_cvtsh_ss(row[b + 1].d)), 1);
+      const float m0 = block_offset(row[b]), m1 = block_offset(row[b + 1]);
+      for (int t = 0; t < NT; ++t) {
+        const auto tt = static_cast<std::size_t>(t);
+        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_loadu_si512(xa.q_row(tt) + 32 * b));
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_load_ps(xa.d_lanes_row(tt) + 8 * b)), acc[t]);
+        offsets[t] += m0 * xa.dsum_row(tt)[b] + m1 * xa.dsum_row(tt)[b + 1];
+      }
+    }
+    for (int t = 0; t < NT; ++t) y[static_cast<std::size_t>(t) * ldy + r] = hsum(acc[t]) + offsets[t];
+    if (b < nb) {  // the odd block: the twin's arithmetic
+      const Block& blk = row[b];
+      alignas(32) std::uint8_t q[32];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(q), unsigned_quants(blk));
+      for (int t = 0; t < NT; ++t) {
+        const auto tt = static_cast<std::size_t>(t);
+        const std::int8_t* xq = xa.q_row(tt) + 32 * b;
+        std::int32_t dot = 0;
+        for (int j = 0; j < 32; ++j) dot += q[j] * xq[j];
+        y[tt * ldy + r] += _cvtsh_ss(blk.d) * xa.d_row(tt)[b] * static_cast<float>(dot) + block_offset(blk) * xa.dsum_row(tt)[b];
+      }
+    }
+  }
+}
+
+}  // namespace avx512
+#ifdef STREAMLLM_POP_DIAGNOSTICS_UNSIGNED
+#pragma GCC diagnostic pop
+#undef STREAMLLM_POP_DIAGNOSTICS_UNSIGNED
+#endif
+#endif
+
+#ifdef STREAMLLM_HAVE_AVX2_KERNELS
+namespace avx2 {
+
+// Byte j all ones where bit j of `bits` is set: byte j of the vector gets
+// byte j / 8 of bits, and every bit but j % 8 set.
+STREAMLLM_AVX2 inline __m256i bits_to_bytes(std::uint32_t bits) {
+  const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)),
+                                             _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+  const __m256i others = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);
+  return _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi64x(-1));
+}
+
+template <class Block>
+STREAMLLM_AVX2 inline __m256i unsigned_quants(const Block& b) {
+  const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs)), m4 = _mm_set1_epi8(0x0F);
+  const __m256i q = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(a, 4), m4), _mm_and_si128(a, m4));
+  if constexpr (std::is_same_v<Block, quant::BlockQ4_1>)
+    return q;
+  else
+    return _mm256_or_si256(q, _mm256_and_si256(bits_to_bytes(fifth_bits(b)), _mm256_set1_epi8(16)));
+}
+
+// Rows [r0, r1) against NT tokens, a block per step: vpmaddubsw (pairs of
+// at most 2 x 31 x 128, far from saturating), vpmaddwd by ones.
+template <class Block, int NT>
+STREAMLLM_AVX2 inline void gemv_unsigned_blocks_rows(std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
+                                                     const QuantizedActivations& xa, float* y, std::size_t ldy) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (std::size_t r = r0; r < r1; ++r) {
+    const auto* row = reinterpret_cast<const Block*>(w + r * row_bytes);
+    __m256 acc[NT];
+    float offsets[NT] = {};
+    for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+    for (std::size_t b = 0; b < xa.blocks; ++b) {
+      const __m256i u = unsigned_quants(row[b]);
+      const float d = _cvtsh_ss(row[b].d), m = block_offset(row[b]);
+      for (int t = 0; t < NT; ++t) {
+        const auto tt = static_cast<std::size_t>(t);
+        const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.q_row(tt) + 32 * b));
+        const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), ones);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * xa.d_row(tt)[b]), acc[t]);
+        offsets[t] += m * xa.dsum_row(tt)[b];
+      }
+    }
+    for (int t = 0; t < NT; ++t) y[static_cast<std::size_t>(t) * ldy + r] = hsum(acc[t]) + offsets[t];
+  }
+}
+
+}  // namespace avx2
+#endif
+
+}  // namespace streamllm::kernels
