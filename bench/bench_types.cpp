@@ -40,6 +40,7 @@ bench::ComputeUnit prefill_unit(const std::string& type) {
   if (type == "bf16") return bench::compute_unit(DType::BF16);
   if (type == "q8_0") return bench::compute_unit(DType::Q8_0);
   if (type == "q4_0") return bench::compute_unit(DType::Q4_0);
+  if (type == "q5_0") return bench::compute_unit(DType::Q5_0);
   return bench::compute_unit(DType::Q4_K);
 }
 
@@ -81,7 +82,7 @@ void decode(benchmark::State& state, const std::string& type) {
 }
 
 void register_all() {
-  for (const char* t : {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k_m", "q5_k_m"}) {
+  for (const char* t : {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k_m", "q5_k_m", "q5_0"}) {
     const std::string type = t;
     benchmark::RegisterBenchmark(("Prefill/" + type).c_str(), [type](benchmark::State& s) { prefill(s, type); })
         ->ArgsProduct({{1, 2}, {128, 512}})->ArgNames({"threads", "tokens"})->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(2);

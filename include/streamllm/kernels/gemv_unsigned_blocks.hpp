@@ -87,53 +87,92 @@ inline void gemv_unsigned_blocks(const TensorView& w, const QuantizedActivations
 #endif
 namespace avx512 {
 
-// A block's 32 quants in element order: the nibbles (low: elements 0-15,
-// high: 16-31), plus 16 where the fifth bit is set.
+// Byte and word indices that unpack a pair of blocks from one masked load,
+// as Q4_0Row does: vpermb places each block's 16 nibble bytes twice, a shift
+// per word picks low or high nibbles, so the 64 quants come out in element
+// order; vpermw gathers the two d (lanes 0-7: block 0, 8-15: block 1) and
+// the two m.
+struct UnsignedPairIndex {
+  alignas(64) std::uint8_t quants[64];
+  alignas(64) std::uint16_t shifts[32];
+  alignas(64) std::uint16_t scales[32];
+  alignas(64) std::uint16_t offsets[32];
+};
 template <class Block>
-STREAMLLM_AVX512 inline __m256i unsigned_quants(const Block& b) {
-  const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs)), m4 = _mm_set1_epi8(0x0F);
-  const __m256i q = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(a, 4), m4), _mm_and_si128(a, m4));
-  if constexpr (std::is_same_v<Block, quant::BlockQ4_1>)
-    return q;
-  else
-    return _mm256_mask_add_epi8(q, static_cast<__mmask32>(fifth_bits(b)), q, _mm256_set1_epi8(16));
+constexpr UnsignedPairIndex make_unsigned_pair_index() {
+  constexpr int bytes = sizeof(Block), qs = offsetof(Block, qs);
+  UnsignedPairIndex x{};
+  for (int i = 0; i < 64; ++i) x.quants[i] = static_cast<std::uint8_t>((i / 32) * bytes + qs + i % 16);
+  for (int i = 0; i < 32; ++i) x.shifts[i] = static_cast<std::uint16_t>((i / 8) % 2 ? 4 : 0);
+  for (int i = 0; i < 16; ++i) x.scales[i] = static_cast<std::uint16_t>(i < 8 ? 0 : bytes / 2);
+  for (int i = 0; i < 16; ++i) x.offsets[i] = static_cast<std::uint16_t>(i < 8 ? 1 : bytes / 2 + 1);  // the m of Q4_1 / Q5_1
+  return x;
 }
 
 // Rows [r0, r1) against NT tokens, a pair of blocks (64 quants, 16 lanes of
-// vpdpbusd) per step; an odd last block in scalar code.
+// vpdpbusd) per step, alternating between two accumulators per token to
+// hide the dpbusd -> convert -> fma latency; an odd last block in scalar
+// code. The offsets come from the activations' per-lane sums (sum_lanes:
+// -sum in each of a block's 8 lanes): Q5_0's -16 d q starts the integer
+// sum as 2 sum_lanes per lane (as Q4_0's -8 does), Q4_1 / Q5_1's m
+// multiplies them in float, by -m / 8 per lane.
 template <class Block, int NT>
 STREAMLLM_AVX512 inline void gemv_unsigned_blocks_rows(std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
                                                        const QuantizedActivations& xa, float* y, std::size_t ldy) {
-  const std::size_t nb = xa.blocks;
+  static constexpr UnsignedPairIndex kIndex = make_unsigned_pair_index<Block>();
+  constexpr bool kFifthBit = !std::is_same_v<Block, quant::BlockQ4_1>, kOffsetInInt = std::is_same_v<Block, quant::BlockQ5_0>;
+  constexpr std::uint64_t kPairMask = (std::uint64_t{1} << (2 * sizeof(Block))) - 1;
+  const __m512i quant_index = _mm512_load_si512(kIndex.quants), shifts = _mm512_load_si512(kIndex.shifts);
+  const __m512i scale_index = _mm512_load_si512(kIndex.scales), offset_index = _mm512_load_si512(kIndex.offsets);
+  const std::size_t nb = xa.blocks, pairs = nb / 2;
   for (std::size_t r = r0; r < r1; ++r) {
     const std::byte* bytes = w + r * row_bytes;
-    const auto* row = reinterpret_cast<const Block*>(bytes);
-    __m512 acc[NT];
-    float offsets[NT] = {};
-    for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
-    std::size_t b = 0;
-    for (; b + 2 <= nb; b += 2) {
-      if (kPrefetchInt8) prefetch_ahead(bytes + b * sizeof(Block) + kPrefetchBytes, 2 * sizeof(Block));
-      const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(unsigned_quants(row[b])), unsigned_quants(row[b + 1]), 1);
-      const __m512 dw = _mm512_insertf32x8(_mm512_set1_ps(_cvtsh_ss(row[b].d)), _mm256_set1_ps(_cvtsh_ss(row[b + 1].d)), 1);
-      const float m0 = block_offset(row[b]), m1 = block_offset(row[b + 1]);
+    __m512 acc[NT][2];
+    for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
+    for (std::size_t p = 0; p < pairs; ++p) {
+      const std::byte* pair = bytes + 2 * p * sizeof(Block);
+      if (kPrefetchInt8) prefetch_ahead(pair + kPrefetchBytes, 2 * sizeof(Block));
+      const __m512i raw = _mm512_maskz_loadu_epi8(kPairMask, pair);
+      __m512i u = _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi8(quant_index, raw), shifts), _mm512_set1_epi8(0x0F));
+      if constexpr (kFifthBit) {
+        const auto& b0 = *reinterpret_cast<const Block*>(pair);
+        const auto& b1 = *reinterpret_cast<const Block*>(pair + sizeof(Block));
+        const __mmask64 high = fifth_bits(b0) | std::uint64_t{fifth_bits(b1)} << 32;
+        u = _mm512_mask_add_epi8(u, high, u, _mm512_set1_epi8(16));
+      }
+      const __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(scale_index, raw)));
+      __m512 mw = _mm512_setzero_ps();
+      if constexpr (!kOffsetInInt)
+        mw = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(offset_index, raw))), _mm512_set1_ps(-0.125f));
       for (int t = 0; t < NT; ++t) {
         const auto tt = static_cast<std::size_t>(t);
-        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_loadu_si512(xa.q_row(tt) + 32 * b));
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_load_ps(xa.d_lanes_row(tt) + 8 * b)), acc[t]);
-        offsets[t] += m0 * xa.dsum_row(tt)[b] + m1 * xa.dsum_row(tt)[b + 1];
+        const __m512i xq = _mm512_loadu_si512(xa.q_row(tt) + 64 * p);
+        const __m512 xd = _mm512_load_ps(xa.d_lanes_row(tt) + 16 * p);
+        const __m512i sums = _mm512_load_si512(xa.sum_lanes_row(tt) + 16 * p);
+        __m512& a = acc[t][p % 2];
+        if constexpr (kOffsetInInt) {
+          const __m512i dot = _mm512_dpbusd_epi32(_mm512_slli_epi32(sums, 1), u, xq);
+          a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, xd), a);
+        } else {
+          const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, xq);
+          a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, xd), a);
+          a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(mw, xd), a);
+        }
       }
     }
-    for (int t = 0; t < NT; ++t) y[static_cast<std::size_t>(t) * ldy + r] = hsum(acc[t]) + offsets[t];
-    if (b < nb) {  // the odd block: the twin's arithmetic
-      const Block& blk = row[b];
-      alignas(32) std::uint8_t q[32];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(q), unsigned_quants(blk));
+    for (int t = 0; t < NT; ++t) y[static_cast<std::size_t>(t) * ldy + r] = hsum(_mm512_add_ps(acc[t][0], acc[t][1]));
+    if (nb % 2 != 0) {  // the odd block: the twin's arithmetic
+      const std::size_t b = nb - 1;
+      const Block& blk = reinterpret_cast<const Block*>(bytes)[b];
+      const std::uint32_t qh = fifth_bits(blk);
       for (int t = 0; t < NT; ++t) {
         const auto tt = static_cast<std::size_t>(t);
         const std::int8_t* xq = xa.q_row(tt) + 32 * b;
         std::int32_t dot = 0;
-        for (int j = 0; j < 32; ++j) dot += q[j] * xq[j];
+        for (int j = 0; j < 16; ++j) {
+          dot += ((blk.qs[j] & 0x0F) | static_cast<int>((qh >> j) & 1) << 4) * xq[j];
+          dot += ((blk.qs[j] >> 4) | static_cast<int>((qh >> (j + 16)) & 1) << 4) * xq[j + 16];
+        }
         y[tt * ldy + r] += _cvtsh_ss(blk.d) * xa.d_row(tt)[b] * static_cast<float>(dot) + block_offset(blk) * xa.dsum_row(tt)[b];
       }
     }
