@@ -109,56 +109,79 @@ constexpr UnsignedPairIndex make_unsigned_pair_index() {
   return x;
 }
 
-// Rows [r0, r1) against NT tokens, a pair of blocks (64 quants, 16 lanes of
-// vpdpbusd) per step, alternating between two accumulators per token to
-// hide the dpbusd -> convert -> fma latency; an odd last block in scalar
-// code. The offsets come from the activations' per-lane sums (sum_lanes:
-// -sum in each of a block's 8 lanes): Q5_0's -16 d q starts the integer
-// sum as 2 sum_lanes per lane (as Q4_0's -8 does), Q4_1 / Q5_1's m
-// multiplies them in float, by -m / 8 per lane.
+// A pair of blocks unpacked: 64 quants in element order, d per lane
+// (block 0: lanes 0-7, block 1: 8-15) and -m / 8 per lane (Q4_1, Q5_1).
+struct UnsignedPair {
+  __m512i u;
+  __m512 dw, mw;
+};
+template <class Block>
+STREAMLLM_AVX512 inline UnsignedPair unpack_unsigned_pair(const std::byte* pair, const UnsignedPairIndex& index) {
+  constexpr std::uint64_t kPairMask = (std::uint64_t{1} << (2 * sizeof(Block))) - 1;
+  const __m512i raw = _mm512_maskz_loadu_epi8(kPairMask, pair);
+  UnsignedPair p;
+  p.u = _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi8(_mm512_load_si512(index.quants), raw), _mm512_load_si512(index.shifts)),
+                         _mm512_set1_epi8(0x0F));
+  if constexpr (!std::is_same_v<Block, quant::BlockQ4_1>) {
+    const __mmask64 high = fifth_bits(*reinterpret_cast<const Block*>(pair)) |
+                           std::uint64_t{fifth_bits(*reinterpret_cast<const Block*>(pair + sizeof(Block)))} << 32;
+    p.u = _mm512_mask_add_epi8(p.u, high, p.u, _mm512_set1_epi8(16));
+  }
+  p.dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_load_si512(index.scales), raw)));
+  p.mw = _mm512_setzero_ps();
+  if constexpr (!std::is_same_v<Block, quant::BlockQ5_0>)
+    p.mw = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_load_si512(index.offsets), raw))),
+                         _mm512_set1_ps(-0.125f));
+  return p;
+}
+
+// One pair against one token's pair p of activations, added to acc. The
+// offsets come from the activations' per-lane sums (sum_lanes: -sum in each
+// of a block's 8 lanes): Q5_0's -16 d q starts the integer sum as 2
+// sum_lanes per lane (as Q4_0's -8 does), Q4_1 / Q5_1's m multiplies them
+// in float, by -m / 8 per lane.
+template <class Block>
+STREAMLLM_AVX512 inline __m512 unsigned_pair_dot(__m512 acc, const UnsignedPair& w, const QuantizedActivations& xa, std::size_t t,
+                                                 std::size_t p) {
+  const __m512i xq = _mm512_loadu_si512(xa.q_row(t) + 64 * p);
+  const __m512 xd = _mm512_load_ps(xa.d_lanes_row(t) + 16 * p);
+  const __m512i sums = _mm512_load_si512(xa.sum_lanes_row(t) + 16 * p);
+  if constexpr (std::is_same_v<Block, quant::BlockQ5_0>) {
+    const __m512i dot = _mm512_dpbusd_epi32(_mm512_slli_epi32(sums, 1), w.u, xq);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(w.dw, xd), acc);
+  } else {
+    const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.u, xq);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(w.dw, xd), acc);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(w.mw, xd), acc);
+  }
+}
+
+// Rows [r0, r1) against NT tokens, two pairs of blocks (128 quants) per
+// step, each into its own accumulator to hide the dpbusd -> convert -> fma
+// latency; an odd pair and an odd last block after them.
 template <class Block, int NT>
 STREAMLLM_AVX512 inline void gemv_unsigned_blocks_rows(std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
                                                        const QuantizedActivations& xa, float* y, std::size_t ldy) {
   static constexpr UnsignedPairIndex kIndex = make_unsigned_pair_index<Block>();
-  constexpr bool kFifthBit = !std::is_same_v<Block, quant::BlockQ4_1>, kOffsetInInt = std::is_same_v<Block, quant::BlockQ5_0>;
-  constexpr std::uint64_t kPairMask = (std::uint64_t{1} << (2 * sizeof(Block))) - 1;
-  const __m512i quant_index = _mm512_load_si512(kIndex.quants), shifts = _mm512_load_si512(kIndex.shifts);
-  const __m512i scale_index = _mm512_load_si512(kIndex.scales), offset_index = _mm512_load_si512(kIndex.offsets);
   const std::size_t nb = xa.blocks, pairs = nb / 2;
   for (std::size_t r = r0; r < r1; ++r) {
     const std::byte* bytes = w + r * row_bytes;
     __m512 acc[NT][2];
     for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
-    for (std::size_t p = 0; p < pairs; ++p) {
+    std::size_t p = 0;
+    for (; p + 2 <= pairs; p += 2) {
       const std::byte* pair = bytes + 2 * p * sizeof(Block);
-      if (kPrefetchInt8) prefetch_ahead(pair + kPrefetchBytes, 2 * sizeof(Block));
-      const __m512i raw = _mm512_maskz_loadu_epi8(kPairMask, pair);
-      __m512i u = _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi8(quant_index, raw), shifts), _mm512_set1_epi8(0x0F));
-      if constexpr (kFifthBit) {
-        const auto& b0 = *reinterpret_cast<const Block*>(pair);
-        const auto& b1 = *reinterpret_cast<const Block*>(pair + sizeof(Block));
-        const __mmask64 high = fifth_bits(b0) | std::uint64_t{fifth_bits(b1)} << 32;
-        u = _mm512_mask_add_epi8(u, high, u, _mm512_set1_epi8(16));
-      }
-      const __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(scale_index, raw)));
-      __m512 mw = _mm512_setzero_ps();
-      if constexpr (!kOffsetInInt)
-        mw = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(offset_index, raw))), _mm512_set1_ps(-0.125f));
+      if (kPrefetchInt8) prefetch_ahead(pair + kPrefetchBytes, 4 * sizeof(Block));
+      const UnsignedPair a = unpack_unsigned_pair<Block>(pair, kIndex), b = unpack_unsigned_pair<Block>(pair + 2 * sizeof(Block), kIndex);
       for (int t = 0; t < NT; ++t) {
         const auto tt = static_cast<std::size_t>(t);
-        const __m512i xq = _mm512_loadu_si512(xa.q_row(tt) + 64 * p);
-        const __m512 xd = _mm512_load_ps(xa.d_lanes_row(tt) + 16 * p);
-        const __m512i sums = _mm512_load_si512(xa.sum_lanes_row(tt) + 16 * p);
-        __m512& a = acc[t][p % 2];
-        if constexpr (kOffsetInInt) {
-          const __m512i dot = _mm512_dpbusd_epi32(_mm512_slli_epi32(sums, 1), u, xq);
-          a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, xd), a);
-        } else {
-          const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, xq);
-          a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, xd), a);
-          a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(mw, xd), a);
-        }
+        acc[t][0] = unsigned_pair_dot<Block>(acc[t][0], a, xa, tt, p);
+        acc[t][1] = unsigned_pair_dot<Block>(acc[t][1], b, xa, tt, p + 1);
       }
+    }
+    if (p < pairs) {
+      const UnsignedPair a = unpack_unsigned_pair<Block>(bytes + 2 * p * sizeof(Block), kIndex);
+      for (int t = 0; t < NT; ++t) acc[t][0] = unsigned_pair_dot<Block>(acc[t][0], a, xa, static_cast<std::size_t>(t), p);
     }
     for (int t = 0; t < NT; ++t) y[static_cast<std::size_t>(t) * ldy + r] = hsum(_mm512_add_ps(acc[t][0], acc[t][1]));
     if (nb % 2 != 0) {  // the odd block: the twin's arithmetic
