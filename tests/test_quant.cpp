@@ -270,6 +270,21 @@ TEST_CASE("the VNNI and AVX2 int8 kernels of Q8_0 / Q4_0 equal their portable tw
   }
 }
 
+namespace {
+// A SIMD kernel's outputs against its twin's: the same integer dot products,
+// only the order of the float sums differs, so the bound is relative to the
+// outputs' size.
+void require_twin_sums(const std::vector<float>& fast, const std::vector<float>& twin) {
+  float scale = 0;
+  for (float v : twin) scale = std::max(scale, std::abs(v));
+  REQUIRE(scale > 0);
+  for (std::size_t i = 0; i < fast.size(); ++i) {
+    INFO("output " << i);
+    REQUIRE(std::abs(fast[i] - twin[i]) <= 1e-5f * scale);
+  }
+}
+}  // namespace
+
 TEST_CASE("the K-quant int8 kernels (VNNI and AVX2, gemv and tiles) equal their portable twin, which does the same integer arithmetic",
           "[quant][kernels]") {
   if (!has_fast_path() && !has_avx2_path()) {
@@ -301,15 +316,8 @@ TEST_CASE("the K-quant int8 kernels (VNNI and AVX2, gemv and tiles) equal their 
           k::QuantizedActivations xa;
           k::quantize_activations(x.data(), static_cast<std::size_t>(cols), n, static_cast<std::size_t>(cols), xa);
           k::portable::gemv_kquant_int8(m.view, xa, n, twin.data(), static_cast<std::size_t>(rows), 0, static_cast<std::size_t>(rows));
-          // The same integer dot products; only the order of the float sums
-          // differs, so the bound is relative to the outputs' size.
-          float scale = 0;
-          for (float v : twin) scale = std::max(scale, std::abs(v));
-          REQUIRE(scale > 0);
-          for (std::size_t i = 0; i < fast.size(); ++i) {
-            INFO(dtype_name(t) << " cols " << cols << " n " << n << " isa " << k::to_string(isa) << " output " << i);
-            REQUIRE(std::abs(fast[i] - twin[i]) <= 1e-5f * scale);
-          }
+          INFO(dtype_name(t) << " cols " << cols << " n " << n << " isa " << k::to_string(isa));
+          require_twin_sums(fast, twin);
         }
       }
     }
@@ -322,18 +330,18 @@ TEST_CASE("the int8 decode kernels of Q4_1, Q5_0 and Q5_1 (VNNI and AVX2) equal 
     return;
   }
   for (DType t : {DType::Q4_1, DType::Q5_0, DType::Q5_1}) {
-    // An even and an odd number of blocks (the AVX-512 kernel's pairs and
-    // its scalar last block), one block; then the largest integer sums:
-    // every weight the same positive value (every Q4_1 / Q5_1 quant 0 but
-    // Q5_0's 31) against activations of 127, and weights spanning
-    // [-0.05, 0.05] so that the affine types use their whole range.
-    for (std::int64_t cols : {2048, 1024 + 96, 32, -512, -544}) {
+    // Even and odd numbers of pairs and of blocks (the AVX-512 kernel's two
+    // pairs a step, its odd pair and its scalar last block), one block; then
+    // the largest integer sums: in every block one weight -0.05 and the
+    // rest 0.05, so 31 of 32 quants are the largest (15, 31), against
+    // activations of 127.
+    for (std::int64_t cols : {2048, 1024 + 96, 1024 + 64, 32, -512, -544}) {
       const bool extreme = cols < 0;
       cols = std::abs(cols);
       const std::int64_t rows = 37;
       std::vector<float> w = normal(static_cast<std::size_t>(rows * cols), 6, 0.05f);
       if (extreme)
-        for (std::size_t i = 0; i < w.size(); ++i) w[i] = t == DType::Q5_0 ? 0.05f : (i % 32 == 0 ? -0.05f : 0.05f);
+        for (std::size_t i = 0; i < w.size(); ++i) w[i] = i % 32 == 0 ? -0.05f : 0.05f;
       const Matrix m(t, w, rows, cols);
       for (const k::Isa isa : {k::Isa::Avx512Bf16Vnni, k::Isa::Avx2}) {
         if (!can_run(isa)) continue;
@@ -344,13 +352,8 @@ TEST_CASE("the int8 decode kernels of Q4_1, Q5_0 and Q5_1 (VNNI and AVX2) equal 
           k::QuantizedActivations xa;
           k::quantize_activations(x.data(), static_cast<std::size_t>(cols), n, static_cast<std::size_t>(cols), xa);
           k::portable::gemv_unsigned_blocks(m.view, xa, n, twin.data(), static_cast<std::size_t>(rows), 0, static_cast<std::size_t>(rows));
-          float scale = 0;
-          for (float v : twin) scale = std::max(scale, std::abs(v));
-          REQUIRE(scale > 0);
-          for (std::size_t i = 0; i < fast.size(); ++i) {
-            INFO(dtype_name(t) << " cols " << cols << " n " << n << " isa " << k::to_string(isa) << " output " << i);
-            REQUIRE(std::abs(fast[i] - twin[i]) <= 1e-5f * scale);
-          }
+          INFO(dtype_name(t) << " cols " << cols << " n " << n << " isa " << k::to_string(isa));
+          require_twin_sums(fast, twin);
         }
       }
     }
