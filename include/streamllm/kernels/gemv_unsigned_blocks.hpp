@@ -7,7 +7,8 @@
 // for rows the K-quants cannot take (a Q4_K_M file of a model whose rows are
 // not a multiple of 256 holds Q5_0). Dequantised to f32 instead, Q5_0 decode
 // of TinyLlama on the Zen 5 ran at 4.3 tok/s on 2 threads, llama.cpp 31.9.
-// Prefill takes the f32 tiles (matmul.hpp).
+// Prefill takes the f32 tiles (matmul.hpp). The AVX2 kernels are the Row
+// policies of x86_avx2.hpp (Q5_0Row, Q4_1Row, Q5_1Row).
 #pragma once
 
 #include <cstddef>
@@ -16,7 +17,6 @@
 #include <type_traits>
 
 #include "streamllm/kernels/activations_q8.hpp"
-#include "streamllm/kernels/x86_avx2.hpp"
 #include "streamllm/kernels/x86_avx512.hpp"
 #include "streamllm/quant/blocks.hpp"
 #include "streamllm/tensor.hpp"
@@ -209,55 +209,5 @@ STREAMLLM_AVX512 inline void gemv_unsigned_blocks_rows(std::size_t r0, std::size
 #endif
 #endif
 
-#ifdef STREAMLLM_HAVE_AVX2_KERNELS
-namespace avx2 {
-
-// Byte j all ones where bit j of `bits` is set: byte j of the vector gets
-// byte j / 8 of bits, and every bit but j % 8 set.
-STREAMLLM_AVX2 inline __m256i bits_to_bytes(std::uint32_t bits) {
-  const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)),
-                                             _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
-  const __m256i others = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);
-  return _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi64x(-1));
-}
-
-template <class Block>
-STREAMLLM_AVX2 inline __m256i unsigned_quants(const Block& b) {
-  const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs)), m4 = _mm_set1_epi8(0x0F);
-  const __m256i q = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(a, 4), m4), _mm_and_si128(a, m4));
-  if constexpr (std::is_same_v<Block, quant::BlockQ4_1>)
-    return q;
-  else
-    return _mm256_or_si256(q, _mm256_and_si256(bits_to_bytes(fifth_bits(b)), _mm256_set1_epi8(16)));
-}
-
-// Rows [r0, r1) against NT tokens, a block per step: vpmaddubsw (pairs of
-// at most 2 x 31 x 128, far from saturating), vpmaddwd by ones.
-template <class Block, int NT>
-STREAMLLM_AVX2 inline void gemv_unsigned_blocks_rows(std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
-                                                     const QuantizedActivations& xa, float* y, std::size_t ldy) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  for (std::size_t r = r0; r < r1; ++r) {
-    const auto* row = reinterpret_cast<const Block*>(w + r * row_bytes);
-    __m256 acc[NT];
-    float offsets[NT] = {};
-    for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
-    for (std::size_t b = 0; b < xa.blocks; ++b) {
-      const __m256i u = unsigned_quants(row[b]);
-      const float d = _cvtsh_ss(row[b].d), m = block_offset(row[b]);
-      for (int t = 0; t < NT; ++t) {
-        const auto tt = static_cast<std::size_t>(t);
-        const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.q_row(tt) + 32 * b));
-        const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), ones);
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * xa.d_row(tt)[b]), acc[t]);
-        offsets[t] += m * xa.dsum_row(tt)[b];
-      }
-    }
-    for (int t = 0; t < NT; ++t) y[static_cast<std::size_t>(t) * ldy + r] = hsum(acc[t]) + offsets[t];
-  }
-}
-
-}  // namespace avx2
-#endif
 
 }  // namespace streamllm::kernels

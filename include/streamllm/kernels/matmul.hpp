@@ -209,12 +209,13 @@ inline const QuantizedActivations* decode_activations(DType t, Isa isa, const fl
   const auto stride = static_cast<std::size_t>(w.row_stride);
   with_token_count(n, [&]<int NT>() {
     if (is_kquant(w.type)) return avx2::gemv_kquant_rows<NT>(w.type, r0, r1, w.data, stride, xa, y, ldy);
-    if (is_unsigned_blocks(w.type))
-      return with_unsigned_block(w.type, [&](auto tag) {
-        avx2::gemv_unsigned_blocks_rows<decltype(tag), NT>(r0, r1, w.data, stride, xa, y, ldy);
-      });
-    if (w.type == DType::Q8_0) return avx2::gemv_int8_rows<avx2::Q8_0Row, NT>(r0, r1, w.data, stride, xa, y, ldy);
-    avx2::gemv_int8_rows<avx2::Q4_0Row, NT>(r0, r1, w.data, stride, xa, y, ldy);
+    switch (w.type) {
+      case DType::Q8_0: return avx2::gemv_int8_rows<avx2::Q8_0Row, NT>(r0, r1, w.data, stride, xa, y, ldy);
+      case DType::Q5_0: return avx2::gemv_int8_rows<avx2::Q5_0Row, NT>(r0, r1, w.data, stride, xa, y, ldy);
+      case DType::Q4_1: return avx2::gemv_int8_rows<avx2::Q4_1Row, NT>(r0, r1, w.data, stride, xa, y, ldy);
+      case DType::Q5_1: return avx2::gemv_int8_rows<avx2::Q5_1Row, NT>(r0, r1, w.data, stride, xa, y, ldy);
+      default: return avx2::gemv_int8_rows<avx2::Q4_0Row, NT>(r0, r1, w.data, stride, xa, y, ldy);
+    }
   });
 }
 #endif
