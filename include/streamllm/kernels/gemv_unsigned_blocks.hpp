@@ -48,9 +48,24 @@ inline void with_unsigned_block(DType t, F&& f) {
   f(quant::BlockQ5_1{});
 }
 
+// Block b of a row against token t's activations, in scalar code: d dx
+// (q . xq) + m dx (sum of xq).
+template <class Block>
+inline float unsigned_block_dot(const Block& blk, const QuantizedActivations& xa, std::size_t t, std::size_t b) {
+  const std::uint32_t qh = fifth_bits(blk);
+  const std::int8_t* xq = xa.q_row(t) + 32 * b;
+  std::int32_t dot = 0;
+  for (int j = 0; j < 16; ++j) {
+    dot += ((blk.qs[j] & 0x0F) | static_cast<int>((qh >> j) & 1) << 4) * xq[j];
+    dot += ((blk.qs[j] >> 4) | static_cast<int>((qh >> (j + 16)) & 1) << 4) * xq[j + 16];
+  }
+  return f16_to_f32(blk.d) * xa.d_row(t)[b] * static_cast<float>(dot) + block_offset(blk) * xa.dsum_row(t)[b];
+}
+
 namespace portable {
 
-// The twin of the SIMD kernels below: the same integer dot products.
+// The twin of the AVX-512 kernel below and of the AVX2 Row policies: the
+// same integer dot products.
 inline void gemv_unsigned_blocks(const TensorView& w, const QuantizedActivations& xa, std::size_t n, float* y, std::size_t ldy,
                                  std::size_t r0, std::size_t r1) {
   with_unsigned_block(w.type, [&](auto tag) {
@@ -60,15 +75,7 @@ inline void gemv_unsigned_blocks(const TensorView& w, const QuantizedActivations
       for (std::size_t t = 0; t < n; ++t) {
         float acc = 0;
         for (std::size_t b = 0; b < xa.blocks; ++b) {
-          const Block& blk = blocks[b];
-          const std::uint32_t qh = fifth_bits(blk);
-          const std::int8_t* xq = xa.q_row(t) + 32 * b;
-          std::int32_t dot = 0;
-          for (int j = 0; j < 16; ++j) {
-            dot += ((blk.qs[j] & 0x0F) | static_cast<int>((qh >> j) & 1) << 4) * xq[j];
-            dot += ((blk.qs[j] >> 4) | static_cast<int>((qh >> (j + 16)) & 1) << 4) * xq[j + 16];
-          }
-          acc += f16_to_f32(blk.d) * xa.d_row(t)[b] * static_cast<float>(dot) + block_offset(blk) * xa.dsum_row(t)[b];
+          acc += unsigned_block_dot(blocks[b], xa, t, b);
         }
         y[t * ldy + r] = acc;
       }
@@ -186,18 +193,8 @@ STREAMLLM_AVX512 inline void gemv_unsigned_blocks_rows(std::size_t r0, std::size
     for (int t = 0; t < NT; ++t) y[static_cast<std::size_t>(t) * ldy + r] = hsum(_mm512_add_ps(acc[t][0], acc[t][1]));
     if (nb % 2 != 0) {  // the odd block: the twin's arithmetic
       const std::size_t b = nb - 1;
-      const Block& blk = reinterpret_cast<const Block*>(bytes)[b];
-      const std::uint32_t qh = fifth_bits(blk);
-      for (int t = 0; t < NT; ++t) {
-        const auto tt = static_cast<std::size_t>(t);
-        const std::int8_t* xq = xa.q_row(tt) + 32 * b;
-        std::int32_t dot = 0;
-        for (int j = 0; j < 16; ++j) {
-          dot += ((blk.qs[j] & 0x0F) | static_cast<int>((qh >> j) & 1) << 4) * xq[j];
-          dot += ((blk.qs[j] >> 4) | static_cast<int>((qh >> (j + 16)) & 1) << 4) * xq[j + 16];
-        }
-        y[tt * ldy + r] += _cvtsh_ss(blk.d) * xa.d_row(tt)[b] * static_cast<float>(dot) + block_offset(blk) * xa.dsum_row(tt)[b];
-      }
+      for (int t = 0; t < NT; ++t)
+        y[static_cast<std::size_t>(t) * ldy + r] += unsigned_block_dot(reinterpret_cast<const Block*>(bytes)[b], xa, static_cast<std::size_t>(t), b);
     }
   }
 }
