@@ -157,7 +157,7 @@ TEST_CASE("typed matrix kernels equal the exact product, on both paths and every
           const bool int8_acts = (int8_type && (n <= limit || isa == k::Isa::Avx512Bf16Vnni))  // int8 gemv or int8 tiles
                                  || (kquant && isa == k::Isa::Avx512Bf16Vnni)                   // the K-quants' VNNI gemv and tiles
                                  || ((kquant || t == DType::Q4_0) && isa == k::Isa::Avx2)       // AVX2 gemv and int8 tiles
-                                 || (is_unsigned_blocks(t) && n <= limit && isa != k::Isa::Portable);  // their int8 gemv
+                                 || (is_unsigned_blocks(t) && isa != k::Isa::Portable);  // their int8 gemv and tiles
           const bool bf16_tiles = n > limit && isa == k::Isa::Avx512Bf16Vnni && path.bf16_tiles && t == DType::BF16;
           const float rel = int8_acts ? 0x1p-6f : bf16_tiles ? 0x1p-7f : 1e-5f;
           for (std::size_t j = 0; j < n; ++j)
@@ -324,7 +324,7 @@ TEST_CASE("the K-quant int8 kernels (VNNI and AVX2, gemv and tiles) equal their 
   }
 }
 
-TEST_CASE("the int8 decode kernels of Q4_1, Q5_0 and Q5_1 (VNNI and AVX2) equal their portable twin", "[quant][kernels]") {
+TEST_CASE("the int8 kernels of Q4_1, Q5_0 and Q5_1 (VNNI and AVX2, gemv and tiles) equal their portable twin", "[quant][kernels]") {
   if (!has_fast_path() && !has_avx2_path()) {
     SUCCEED("neither AVX-512 VNNI nor AVX2 here: the portable path is the only one");
     return;
@@ -334,7 +334,8 @@ TEST_CASE("the int8 decode kernels of Q4_1, Q5_0 and Q5_1 (VNNI and AVX2) equal 
     // pairs a step, its odd pair and its scalar last block), one block; then
     // the largest integer sums: in every block one weight -0.05 and the
     // rest 0.05, so 31 of 32 quants are the largest (15, 31), against
-    // activations of 127.
+    // activations of 127, where the AVX2 tiles' int16 runs come closest to
+    // overflowing.
     for (std::int64_t cols : {2048, 1024 + 96, 1024 + 64, 32, -512, -544}) {
       const bool extreme = cols < 0;
       cols = std::abs(cols);
@@ -345,7 +346,10 @@ TEST_CASE("the int8 decode kernels of Q4_1, Q5_0 and Q5_1 (VNNI and AVX2) equal 
       const Matrix m(t, w, rows, cols);
       for (const k::Isa isa : {k::Isa::Avx512Bf16Vnni, k::Isa::Avx2}) {
         if (!can_run(isa)) continue;
-        for (std::size_t n = 1; n <= k::gemv_token_limit(m.view, isa); ++n) {
+        // The gemv up to its limit, then the tiles: partial, whole and
+        // several groups of tokens (32 per group on AVX-512, 16 on AVX2).
+        REQUIRE(k::gemv_token_limit(m.view, isa) < 5);
+        for (std::size_t n : {1, 2, 3, 4, 5, 17, 32, 33, 70}) {
           const auto x = extreme ? std::vector<float>(n * static_cast<std::size_t>(cols), 1.0f) : normal(n * static_cast<std::size_t>(cols), 7);
           std::vector<float> fast(n * static_cast<std::size_t>(rows)), twin(fast.size());
           k::matmul(m.view, x.data(), n, static_cast<std::size_t>(cols), fast.data(), static_cast<std::size_t>(rows), isa);

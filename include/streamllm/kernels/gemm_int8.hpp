@@ -1,5 +1,5 @@
-// Int8 tiled matrix-matrix product (prefill) for Q8_0, Q4_0, Q4_K, Q5_K and
-// Q6_K weights, with AVX512-VNNI: vpdpbusd multiplies 64 byte pairs per
+// Int8 tiled matrix-matrix product (prefill) for Q8_0, Q4_0, Q4_1, Q5_0,
+// Q5_1, Q4_K, Q5_K and Q6_K weights, with AVX512-VNNI: vpdpbusd multiplies 64 byte pairs per
 // instruction, twice the work of a bf16 dot, so quantised prefill runs on the
 // integer units instead of dequantising to bf16 or f32.
 //
@@ -10,16 +10,19 @@
 //     scale max|x| / 127), stored as unsigned q + 128, so the weights can be
 //     the signed operand and be broadcast straight from memory;
 //   weights: a block of rows unpacked once into signed int8 (Q4_0 nibbles
-//     minus 8, Q4_K / Q5_K quants, Q6_K quants minus 32) with their scales and
-//     -128 x each block's sum of quants, which starts each integer sum and
-//     cancels the +128 of the activations.
+//     minus 8, Q5_0 quants minus 16, Q4_1 / Q5_1 / Q4_K / Q5_K quants, Q6_K
+//     quants minus 32) with their scales and -128 x each block's sum of
+//     quants, which starts each integer sum and cancels the +128 of the
+//     activations.
 // The K-quants keep their own scales, so the products are exact in the
 // weights: Q6_K's sub-blocks of 16 take a scale per half block (Int8Format's
 // split), and Q4_K's (and Q5_K's) affine offset (-dmin m per sub-block of 32) multiplies
-// the activation block's sum, d x sum of its quants, packed beside its scales.
+// the activation block's sum, d x sum of its quants, packed beside its scales;
+// so does Q4_1's and Q5_1's m.
 #pragma once
 
 #include "streamllm/kernels/int8_tile_format.hpp"
+#include "streamllm/kernels/x86_avx2.hpp"
 #include "streamllm/kernels/x86_avx512.hpp"
 
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
@@ -275,9 +278,31 @@ STREAMLLM_AVX512 inline void unpack_q6k(const quant::BlockQ6K& blk, std::int8_t*
   }
 }
 
+// Blocks [0, nb) of a row of Q4_1, Q5_0 or Q5_1 as Int8Blocks (Q5_0: the
+// quants minus 16) or Int8Q4K (Q4_1, Q5_1: the quants as they are, and m per
+// block) lays them out. Row: the AVX2 decode kernels' policy of the type
+// (x86_avx2.hpp), whose 32 quants per block are the same here.
+template <class Row>
+STREAMLLM_AVX512 inline void unpack_unsigned_blocks(const std::byte* src, std::size_t nb, std::int8_t* q, std::byte* scales,
+                                                    std::byte* corrections, std::byte* mins) {
+  const auto* blk = reinterpret_cast<const typename Row::Block*>(src);
+  for (std::size_t b = 0; b < nb; ++b) {
+    const __m256i v = _mm256_sub_epi8(Row::quants(blk[b]), _mm256_set1_epi8(static_cast<char>(Row::kOffset)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b), v);
+    const float d = _cvtsh_ss(blk[b].d);
+    const std::int32_t corr = -128 * sum_i8x32(v);
+    std::memcpy(scales + 4 * b, &d, 4);
+    std::memcpy(corrections + 4 * b, &corr, 4);
+    if constexpr (Row::kMin) {
+      const float m = _cvtsh_ss(blk[b].m);
+      std::memcpy(mins + 4 * b, &m, 4);
+    }
+  }
+}
+
 // Rows of quantised weights unpacked a block at a time into Format's layout
-// (the int8 tiles): Q8_0, Q4_0 and their interleaved rows as Int8Blocks,
-// Q4_K and Q5_K as Int8Q4K, Q6_K as Int8Q6K.
+// (the int8 tiles): Q8_0, Q4_0, their interleaved rows and Q5_0 as
+// Int8Blocks, Q4_1, Q5_1, Q4_K and Q5_K as Int8Q4K, Q6_K as Int8Q6K.
 template <class Format>
 struct Int8Rows {
   const TensorView* w;
@@ -294,9 +319,10 @@ struct Int8Rows {
       throw Error("Int8Rows: an interleaved row sliced at columns [" + std::to_string(k0) + ", " + std::to_string(k0 + kc) +
                   "), not on its groups");
     const bool kquant = is_kquant(type);
-    const bool fits = type == DType::Q4_K || type == DType::Q5_K ? std::is_same_v<Format, Int8Q4K>
-                      : type == DType::Q6_K                      ? std::is_same_v<Format, Int8Q6K>
-                                                                 : std::is_same_v<Format, Int8Blocks>;
+    const bool affine = type == DType::Q4_K || type == DType::Q5_K || type == DType::Q4_1 || type == DType::Q5_1;
+    const bool fits = affine               ? std::is_same_v<Format, Int8Q4K>
+                      : type == DType::Q6_K ? std::is_same_v<Format, Int8Q6K>
+                                            : std::is_same_v<Format, Int8Blocks>;
     if (!fits || (kquant && (k0 % 256 != 0 || kc % 256 != 0)))
       throw Error("Int8Rows: " + std::string(dtype_name(w->type)) + " rows at columns [" + std::to_string(k0) + ", " +
                   std::to_string(k0 + kc) + ") do not fit this tile format");
@@ -307,16 +333,23 @@ struct Int8Rows {
       std::byte* scales = o + Format::scales_at(kc);
       std::byte* corrections = o + Format::corrections_at(kc);
       const std::byte* src = w->row(static_cast<std::int64_t>(r0 + i)) + row_bytes(type, static_cast<std::int64_t>(k0));
+      std::byte* mins = o + Format::mins_at(kc);
+      switch (type) {
+        case DType::Q5_0: unpack_unsigned_blocks<avx2::Q5_0Row>(src, nb, q, scales, corrections, mins); continue;
+        case DType::Q4_1: unpack_unsigned_blocks<avx2::Q4_1Row>(src, nb, q, scales, corrections, mins); continue;
+        case DType::Q5_1: unpack_unsigned_blocks<avx2::Q5_1Row>(src, nb, q, scales, corrections, mins); continue;
+        default: break;
+      }
       if (type == DType::Q4_K) {
         for (std::size_t s = 0; s < kc / 256; ++s)
           unpack_q4k(reinterpret_cast<const quant::BlockQ4K*>(src)[s], q + 256 * s, scales + 32 * s, corrections + 32 * s,
-                     o + Format::mins_at(kc) + 32 * s);
+                     mins + 32 * s);
         continue;
       }
       if (type == DType::Q5_K) {
         for (std::size_t s = 0; s < kc / 256; ++s)
           unpack_q4k(reinterpret_cast<const quant::BlockQ5K*>(src)[s], q + 256 * s, scales + 32 * s, corrections + 32 * s,
-                     o + Format::mins_at(kc) + 32 * s);
+                     mins + 32 * s);
         continue;
       }
       if (type == DType::Q6_K) {

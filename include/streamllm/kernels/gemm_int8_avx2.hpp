@@ -1,5 +1,5 @@
-// Int8 tiled matrix-matrix product (prefill) on AVX2 CPUs, for Q4_0, Q4_K,
-// Q5_K and Q6_K weights: vpmaddubsw multiplies 32 byte pairs per instruction, so
+// Int8 tiled matrix-matrix product (prefill) on AVX2 CPUs, for Q4_0, Q4_1,
+// Q5_0, Q5_1, Q4_K, Q5_K and Q6_K weights: vpmaddubsw multiplies 32 byte pairs per instruction, so
 // quantised prefill runs on the integer units instead of dequantising every
 // weight to f32. Through these kernels on the Zen 5 (one thread, TinyLlama),
 // Q4_0 prefill went from 43 to 63-76 tok/s and Q4_K_M to 55-80, where an
@@ -9,19 +9,20 @@
 // weight rows along registers, one weight quad (4 bytes) broadcast per row
 // and step, each weight row unpacked once per block into Int8Format's layout.
 // vpmaddubsw multiplies unsigned bytes with signed ones: here the weights are
-// the unsigned operand, as they are stored (Q4_0 and Q4_K nibbles 0..15,
-// Q5_K quants 0..31, Q6_K quants 0..63), and the activations, quantised per token and block as
-// for decode, the signed one. The stored offset (Q4_0 8, Q6_K 32) is taken
-// back per block as offset x the token's sum of quants, which is the same for
-// every row, so the rows carry no corrections.
+// the unsigned operand, as they are stored (Q4_0, Q4_1 and Q4_K nibbles
+// 0..15, Q5_0, Q5_1 and Q5_K quants 0..31, Q6_K quants 0..63), and the
+// activations, quantised per token and block as for decode, the signed one.
+// The stored offset (Q4_0 8, Q5_0 16, Q6_K 32) is taken back per block as
+// offset x the token's sum of quants, which is the same for every row, so
+// the rows carry no corrections; Q4_1's and Q5_1's m is Q4_K's min.
 //
 // vpmaddubsw saturates its pair sums at 32767: Q8_0's weights (up to 127
 // either way) would need the sign trick, which costs as much as the f32 tiles
 // it would replace, so Q8_0 stays on those. With the others a pair stays far
 // below it, and the int16 pair sums of Run quads are added before they are
-// widened (vpmaddwd) to int32: Q4_0 and Q4_K (q <= 15) 8 quads, 8 x 2 x 15 x
-// 127 = 30480; Q5_K (q <= 31) 4 quads, 4 x 2 x 31 x 127 = 31496; Q6_K (q <=
-// 63) 2 quads, 2 x 2 x 63 x 127 = 32004.
+// widened (vpmaddwd) to int32: the 4-bit types (q <= 15) 8 quads, 8 x 2 x 15
+// x 127 = 30480; the 5-bit ones (q <= 31) 4 quads, 4 x 2 x 31 x 127 = 31496;
+// Q6_K (q <= 63) 2 quads, 2 x 2 x 63 x 127 = 32004.
 #pragma once
 
 #include "streamllm/kernels/int8_tile_format.hpp"
@@ -59,7 +60,7 @@ inline constexpr std::size_t kInt8SumsAt = kInt8QuadBytes + 2 * kInt8Tok * sizeo
 inline constexpr std::size_t kInt8BlockBytes = kInt8SumsAt + 2 * kInt8Tok * sizeof(std::int32_t);
 
 // The types these tiles take.
-constexpr bool has_int8_tiles(DType t) { return t == DType::Q4_0 || is_kquant(t); }
+constexpr bool has_int8_tiles(DType t) { return t == DType::Q4_0 || is_unsigned_blocks(t) || is_kquant(t); }
 
 template <class T>
 STREAMLLM_AVX2 inline T load_scalar(const std::byte* p) {
@@ -185,10 +186,29 @@ STREAMLLM_AVX2 inline void unpack_affine_k(const Block& blk, __m256i (&u)[8], st
   }
 }
 
-// Rows of Q4_0, Q4_K, Q5_K or Q6_K weights unpacked a block at a time into
-// Format's layout: Q4_0 as Int8Blocks, Q4_K and Q5_K as Int8Q4K, Q6_K as Int8Q6K,
-// each quant as the unsigned byte it is stored as (the micro-kernel takes the
-// offset back); the layout's corrections are not used here.
+// Blocks [0, nb) of a row of Row's type (x86_avx2.hpp: Q4_0, Q4_1, Q5_0,
+// Q5_1) as Int8Blocks or (with m, kMin) Int8Q4K lays them out: the unsigned
+// quants, d and m per block.
+template <class Row>
+STREAMLLM_AVX2 inline void unpack_unsigned_blocks(const std::byte* src, std::size_t nb, std::int8_t* q, std::byte* scales,
+                                                  std::byte* mins) {
+  const auto* blk = reinterpret_cast<const typename Row::Block*>(src);
+  for (std::size_t b = 0; b < nb; ++b) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b), Row::quants(blk[b]));
+    const float d = _cvtsh_ss(blk[b].d);
+    std::memcpy(scales + 4 * b, &d, 4);
+    if constexpr (Row::kMin) {
+      const float m = _cvtsh_ss(blk[b].m);
+      std::memcpy(mins + 4 * b, &m, 4);
+    }
+  }
+}
+
+// Rows of Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K weights unpacked a block
+// at a time into Format's layout: Q4_0 and Q5_0 as Int8Blocks, Q4_1, Q5_1,
+// Q4_K and Q5_K as Int8Q4K, Q6_K as Int8Q6K, each quant as the unsigned byte
+// it is stored as (the micro-kernel takes the offset back); the layout's
+// corrections are not used here.
 template <class Format>
 struct Int8Rows {
   const TensorView* w;
@@ -197,9 +217,10 @@ struct Int8Rows {
     const std::size_t ld = Format::row_bytes(kc), nb = kc / 32;
     const DType type = w->type;
     const bool kquant = is_kquant(type);
-    const bool fits = type == DType::Q4_K || type == DType::Q5_K ? std::is_same_v<Format, Int8Q4K>
-                      : type == DType::Q6_K                      ? std::is_same_v<Format, Int8Q6K>
-                                                                 : type == DType::Q4_0 && std::is_same_v<Format, Int8Blocks>;
+    const bool affine = type == DType::Q4_K || type == DType::Q5_K || type == DType::Q4_1 || type == DType::Q5_1;
+    const bool fits = affine               ? std::is_same_v<Format, Int8Q4K>
+                      : type == DType::Q6_K ? std::is_same_v<Format, Int8Q6K>
+                                            : (type == DType::Q4_0 || type == DType::Q5_0) && std::is_same_v<Format, Int8Blocks>;
     if (!fits || kc % 32 != 0 || (kquant && (k0 % 256 != 0 || kc % 256 != 0)))
       throw Error("avx2::Int8Rows: " + std::string(dtype_name(type)) + " rows at columns [" + std::to_string(k0) + ", " +
                   std::to_string(k0 + kc) + ") do not fit this tile format");
@@ -209,21 +230,20 @@ struct Int8Rows {
       auto* q = reinterpret_cast<std::int8_t*>(o);
       std::byte* scales = o + Format::scales_at(kc);
       const std::byte* src = w->row(static_cast<std::int64_t>(r0 + i)) + row_bytes(type, static_cast<std::int64_t>(k0));
-      if (type == DType::Q4_0) {
-        for (std::size_t b = 0; b < nb; ++b) {
-          const auto& blk = reinterpret_cast<const quant::BlockQ4_0*>(src)[b];
-          const float d = _cvtsh_ss(blk.d);
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b), Q4_0Row::quants(blk));
-          std::memcpy(scales + 4 * b, &d, 4);
-        }
-        continue;
+      std::byte* mins = o + Format::mins_at(kc);
+      switch (type) {
+        case DType::Q4_0: unpack_unsigned_blocks<Q4_0Row>(src, nb, q, scales, mins); continue;
+        case DType::Q5_0: unpack_unsigned_blocks<Q5_0Row>(src, nb, q, scales, mins); continue;
+        case DType::Q4_1: unpack_unsigned_blocks<Q4_1Row>(src, nb, q, scales, mins); continue;
+        case DType::Q5_1: unpack_unsigned_blocks<Q5_1Row>(src, nb, q, scales, mins); continue;
+        default: break;
       }
       for (std::size_t sb = 0; sb < kc / 256; ++sb) {
         __m256i u[8];
         if (type == DType::Q4_K)
-          unpack_affine_k(reinterpret_cast<const quant::BlockQ4K*>(src)[sb], u, q, scales, o + Format::mins_at(kc), sb);
+          unpack_affine_k(reinterpret_cast<const quant::BlockQ4K*>(src)[sb], u, q, scales, mins, sb);
         else if (type == DType::Q5_K)
-          unpack_affine_k(reinterpret_cast<const quant::BlockQ5K*>(src)[sb], u, q, scales, o + Format::mins_at(kc), sb);
+          unpack_affine_k(reinterpret_cast<const quant::BlockQ5K*>(src)[sb], u, q, scales, mins, sb);
         else {
           const auto& blk = reinterpret_cast<const quant::BlockQ6K*>(src)[sb];
           q6k_quants(blk, u);

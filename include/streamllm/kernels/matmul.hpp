@@ -11,16 +11,16 @@
 //   (and their interleaved forms, Q8_0x16 and Q4_0x16, which the model makes at load)
 //   Q4_K, Q5_K, int8 activations, vpdpbusd            unpacked to int8 per block (their own sub-block
 //   Q6_K                                              scales and mins), int8 tiles, vpdpbusd
-//   Q4_1, Q5_0, int8 activations, vpdpbusd            converted to f32 per block, f32 tiles
-//   Q5_1        (gemv_unsigned_blocks.hpp: llama.cpp's older types, and its fallbacks for rows
-//               the K-quants cannot take)
+//   Q4_1, Q5_0, int8 activations, vpdpbusd            unpacked to int8 per block (Q5_0 as q - 16,
+//   Q5_1        (gemv_unsigned_blocks.hpp)            Q4_1 / Q5_1 with m per block), int8 tiles
+//               (llama.cpp's older types, and its fallbacks for rows the K-quants cannot take)
 // (*) where vdpbf16ps is full rate (bf16_tiles(): AMD); elsewhere (Intel)
 // widened to f32 per block, f32 tiles.
 // Without AVX-512 BF16/VNNI, where the CPU has AVX2 and FMA (Isa::Avx2),
 // decode of F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and the K-quants takes
 // the AVX2 kernels (the same conversions and int8 activations, vpmaddubsw
-// for the integer dot products), and prefill of Q4_0 and the K-quants the
-// AVX2 int8 tiles
+// for the integer dot products), and prefill of all of these but F16, BF16
+// and Q8_0 the AVX2 int8 tiles
 // (gemm_int8_avx2.hpp); everything else (or everything, forced to
 // Isa::Portable) takes the xsimd paths: f32 FMA over dequantised rows, and
 // f32 tiles.
@@ -69,9 +69,10 @@ constexpr bool is_int8_blocks(DType t) {
   return t == DType::Q8_0 || t == DType::Q4_0 || quant::is_interleaved(t);
 }
 
-// The types whose prefill takes the int8 tiles (VNNI): the blocks of 32, and
-// the K-quants with their sub-block scales (gemm_int8.hpp).
-constexpr bool has_int8_tiles(DType t) { return is_int8_blocks(t) || is_kquant(t); }
+// The types whose prefill takes the int8 tiles (VNNI): the blocks of 32, the
+// K-quants with their sub-block scales and the unsigned blocks with their
+// offsets (gemm_int8.hpp).
+constexpr bool has_int8_tiles(DType t) { return is_int8_blocks(t) || is_kquant(t) || is_unsigned_blocks(t); }
 
 inline std::size_t gemv_token_limit(const TensorView& w, Isa isa) {
   if (isa != Isa::Avx512Bf16Vnni) return kMaxGemvTokens;
@@ -314,7 +315,8 @@ using GemmInt8Tokens = avx512::GemmInt8<Int8Blocks>;
 inline void gemm_int8_packed(const TensorView& w, const std::uint8_t* xp, std::size_t n, float* y, std::size_t ldy) {
   using namespace avx512;
   const auto m = static_cast<std::size_t>(w.rows), k = static_cast<std::size_t>(w.cols);
-  if (w.type == DType::Q4_K || w.type == DType::Q5_K) return gemm_packed<GemmInt8<Int8Q4K>>(Int8Rows<Int8Q4K>{&w}, m, k, xp, n, y, ldy);
+  if (w.type == DType::Q4_K || w.type == DType::Q5_K || w.type == DType::Q4_1 || w.type == DType::Q5_1)
+    return gemm_packed<GemmInt8<Int8Q4K>>(Int8Rows<Int8Q4K>{&w}, m, k, xp, n, y, ldy);
   if (w.type == DType::Q6_K) return gemm_packed<GemmInt8<Int8Q6K>>(Int8Rows<Int8Q6K>{&w}, m, k, xp, n, y, ldy);
   gemm_packed<GemmInt8<Int8Blocks>>(Int8Rows<Int8Blocks>{&w}, m, k, xp, n, y, ldy);
 }
@@ -327,9 +329,15 @@ using Avx2Int8Tokens = avx2::GemmInt8<Int8Blocks, 8, 8>;
 inline void gemm_int8_packed_avx2(const TensorView& w, const std::uint8_t* xp, std::size_t n, float* y, std::size_t ldy) {
   using namespace avx2;
   const auto m = static_cast<std::size_t>(w.rows), k = static_cast<std::size_t>(w.cols);
-  if (w.type == DType::Q4_K) return gemm_packed<GemmInt8<Int8Q4K, 8, 0>>(Int8Rows<Int8Q4K>{&w}, m, k, xp, n, y, ldy);
-  if (w.type == DType::Q5_K) return gemm_packed<GemmInt8<Int8Q4K, 4, 0>>(Int8Rows<Int8Q4K>{&w}, m, k, xp, n, y, ldy);
-  if (w.type == DType::Q6_K) return gemm_packed<GemmInt8<Int8Q6K, 2, 32>>(Int8Rows<Int8Q6K>{&w}, m, k, xp, n, y, ldy);
+  switch (w.type) {
+    case DType::Q4_K:
+    case DType::Q4_1: return gemm_packed<GemmInt8<Int8Q4K, 8, 0>>(Int8Rows<Int8Q4K>{&w}, m, k, xp, n, y, ldy);
+    case DType::Q5_K:
+    case DType::Q5_1: return gemm_packed<GemmInt8<Int8Q4K, 4, 0>>(Int8Rows<Int8Q4K>{&w}, m, k, xp, n, y, ldy);
+    case DType::Q6_K: return gemm_packed<GemmInt8<Int8Q6K, 2, 32>>(Int8Rows<Int8Q6K>{&w}, m, k, xp, n, y, ldy);
+    case DType::Q5_0: return gemm_packed<GemmInt8<Int8Blocks, 4, 16>>(Int8Rows<Int8Blocks>{&w}, m, k, xp, n, y, ldy);
+    default: break;
+  }
   gemm_packed<GemmInt8<Int8Blocks, 8, 8>>(Int8Rows<Int8Blocks>{&w}, m, k, xp, n, y, ldy);
 }
 #endif
