@@ -283,6 +283,29 @@ void require_twin_sums(const std::vector<float>& fast, const std::vector<float>&
     REQUIRE(std::abs(fast[i] - twin[i]) <= 1e-5f * scale);
   }
 }
+
+// The int8 kernels of w on every ISA this CPU runs against twin_gemv, the
+// portable twin: the gemv up to its limit, then the tiles (partial, whole and
+// several groups of tokens: 32 per group on AVX-512, 16 on AVX2). Extreme:
+// every activation 1, which quantises to 127.
+template <class Twin>
+void require_int8_kernels_equal_twin(const TensorView& w, bool extreme, Twin&& twin_gemv) {
+  const auto rows = static_cast<std::size_t>(w.rows), cols = static_cast<std::size_t>(w.cols);
+  for (const k::Isa isa : {k::Isa::Avx512Bf16Vnni, k::Isa::Avx2}) {
+    if (!can_run(isa)) continue;
+    REQUIRE(k::gemv_token_limit(w, isa) < 5);
+    for (std::size_t n : {1, 2, 3, 4, 5, 17, 32, 33, 70}) {
+      const auto x = extreme ? std::vector<float>(n * cols, 1.0f) : normal(n * cols, 7);
+      std::vector<float> fast(n * rows), twin(fast.size());
+      k::matmul(w, x.data(), n, cols, fast.data(), rows, isa);
+      k::QuantizedActivations xa;
+      k::quantize_activations(x.data(), cols, n, cols, xa);
+      twin_gemv(w, xa, n, twin.data(), rows, std::size_t(0), rows);
+      INFO(dtype_name(w.type) << " cols " << cols << " n " << n << " isa " << k::to_string(isa));
+      require_twin_sums(fast, twin);
+    }
+  }
+}
 }  // namespace
 
 TEST_CASE("the K-quant int8 kernels (VNNI and AVX2, gemv and tiles) equal their portable twin, which does the same integer arithmetic",
@@ -304,22 +327,7 @@ TEST_CASE("the K-quant int8 kernels (VNNI and AVX2, gemv and tiles) equal their 
       const std::int64_t rows = 70;
       const Matrix m(t, extreme ? std::vector<float>(static_cast<std::size_t>(rows * cols), 0.05f)
                                 : normal(static_cast<std::size_t>(rows * cols), 6, 0.05f), rows, cols);
-      REQUIRE(k::gemv_token_limit(m.view, k::Isa::Avx512Bf16Vnni) < 5);
-      // The gemv up to its limit, then the tiles: partial, whole and several
-      // groups of tokens (32 per group on AVX-512, 16 on AVX2).
-      for (const k::Isa isa : {k::Isa::Avx512Bf16Vnni, k::Isa::Avx2}) {
-        if (!can_run(isa)) continue;
-        for (std::size_t n : {1, 2, 3, 4, 5, 17, 32, 33, 70}) {
-          const auto x = extreme ? std::vector<float>(n * static_cast<std::size_t>(cols), 1.0f) : normal(n * static_cast<std::size_t>(cols), 7);
-          std::vector<float> fast(n * static_cast<std::size_t>(rows)), twin(fast.size());
-          k::matmul(m.view, x.data(), n, static_cast<std::size_t>(cols), fast.data(), static_cast<std::size_t>(rows), isa);
-          k::QuantizedActivations xa;
-          k::quantize_activations(x.data(), static_cast<std::size_t>(cols), n, static_cast<std::size_t>(cols), xa);
-          k::portable::gemv_kquant_int8(m.view, xa, n, twin.data(), static_cast<std::size_t>(rows), 0, static_cast<std::size_t>(rows));
-          INFO(dtype_name(t) << " cols " << cols << " n " << n << " isa " << k::to_string(isa));
-          require_twin_sums(fast, twin);
-        }
-      }
+      require_int8_kernels_equal_twin(m.view, extreme, [](auto&&... a) { k::portable::gemv_kquant_int8(a...); });
     }
   }
 }
@@ -344,22 +352,7 @@ TEST_CASE("the int8 kernels of Q4_1, Q5_0 and Q5_1 (VNNI and AVX2, gemv and tile
       if (extreme)
         for (std::size_t i = 0; i < w.size(); ++i) w[i] = i % 32 == 0 ? -0.05f : 0.05f;
       const Matrix m(t, w, rows, cols);
-      for (const k::Isa isa : {k::Isa::Avx512Bf16Vnni, k::Isa::Avx2}) {
-        if (!can_run(isa)) continue;
-        // The gemv up to its limit, then the tiles: partial, whole and
-        // several groups of tokens (32 per group on AVX-512, 16 on AVX2).
-        REQUIRE(k::gemv_token_limit(m.view, isa) < 5);
-        for (std::size_t n : {1, 2, 3, 4, 5, 17, 32, 33, 70}) {
-          const auto x = extreme ? std::vector<float>(n * static_cast<std::size_t>(cols), 1.0f) : normal(n * static_cast<std::size_t>(cols), 7);
-          std::vector<float> fast(n * static_cast<std::size_t>(rows)), twin(fast.size());
-          k::matmul(m.view, x.data(), n, static_cast<std::size_t>(cols), fast.data(), static_cast<std::size_t>(rows), isa);
-          k::QuantizedActivations xa;
-          k::quantize_activations(x.data(), static_cast<std::size_t>(cols), n, static_cast<std::size_t>(cols), xa);
-          k::portable::gemv_unsigned_blocks(m.view, xa, n, twin.data(), static_cast<std::size_t>(rows), 0, static_cast<std::size_t>(rows));
-          INFO(dtype_name(t) << " cols " << cols << " n " << n << " isa " << k::to_string(isa));
-          require_twin_sums(fast, twin);
-        }
-      }
+      require_int8_kernels_equal_twin(m.view, extreme, [](auto&&... a) { k::portable::gemv_unsigned_blocks(a...); });
     }
   }
 }
