@@ -254,15 +254,15 @@ TEST_CASE("NaN in the weights reaches the logits as NaN, sampling them is an err
 
     // In one batch: the sick sequence ends with the error, the healthy one
     // generates what it generates alone.
-    BatchScheduler<Stories> sched(model, test::stories_tokenizer(), {4, 64, 64});
-    std::optional<Completion> done_sick, done_healthy;
+    BatchScheduler<Stories> sched(model, test::stories_tokenizer(), {4, 64, 64, {}});
+    std::optional<GenerationResult> done_sick, done_healthy;
     for (int i = 0; i < 2; ++i) {
       BatchScheduler<Stories>::Request r;
       r.prompt = i == 0 ? sick : healthy;
       r.cache = std::make_unique<KVCache<Stories>>();
       r.options.max_new_tokens = 12;
       r.options.stop_at_eos = false;
-      r.on_done = [&, i](const Completion& c) { (i == 0 ? done_sick : done_healthy) = c; };
+      r.on_done = [&, i](const GenerationResult& c) { (i == 0 ? done_sick : done_healthy) = c; };
       sched.submit(std::move(r));
     }
     sched.run_until_idle();

@@ -76,7 +76,7 @@ TEST_CASE("an empty turn, a turn too long for a dense cache, and a stop leave th
 
   int pieces = 0;
   const auto stopped = chat.ask("Tell me a story.", greedy(100), [&](std::string_view) { return ++pieces < 3; });
-  REQUIRE(stopped.stop == StopReason::Callback);
+  REQUIRE(stopped.stop == StopReason::Cancelled);
   REQUIRE(chat.turns().back().answer.back() == tok().eos());
   REQUIRE(chat.history_tokens() == chat.history().size());
 

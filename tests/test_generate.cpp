@@ -53,7 +53,7 @@ TEST_CASE("generation stops when the callback asks, at a stop token, and when th
     int calls = 0;
     const auto res = generate(model(), tok(), cache, prompt, greedy(100),
                               [&](std::string_view) { return ++calls < 3; });
-    REQUIRE(res.stop == StopReason::Callback);
+    REQUIRE(res.stop == StopReason::Cancelled);
     REQUIRE(calls == 3);
     REQUIRE(res.tokens.size() == 3);
   }
@@ -62,7 +62,7 @@ TEST_CASE("generation stops when the callback asks, at a stop token, and when th
     auto opt = greedy(100);
     opt.stop_tokens = {g.ids[P + 4]};
     const auto res = generate(model(), tok(), cache, prompt, opt, nullptr);
-    REQUIRE(res.stop == StopReason::EndOfSequence);
+    REQUIRE(res.stop == StopReason::StopToken);
     REQUIRE(res.tokens.back() == g.ids[P + 4]);
   }
   {

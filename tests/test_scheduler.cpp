@@ -24,8 +24,8 @@ TEST_CASE("eight golden prompts joining at different steps each reproduce their 
   std::vector<test::Golden> all = test::goldens("dense");
   for (auto& g : test::goldens("sink_window")) all.push_back(g);
   REQUIRE(all.size() >= 8);
-  BatchScheduler<Stories> sched(model(), tok(), {8, 8, 24});  // a small step budget: prompts go in chunks
-  std::vector<std::optional<Completion>> done(all.size());
+  BatchScheduler<Stories> sched(model(), tok(), {8, 8, 24, {}});  // a small step budget: prompts go in chunks
+  std::vector<std::optional<GenerationResult>> done(all.size());
   std::size_t submitted = 0;
   for (int step = 0; submitted < all.size() || sched.active() > 0 || sched.waiting() > 0; ++step) {
     if (submitted < all.size() && step == static_cast<int>(submitted) * 9) {  // one joins every 9 steps
@@ -35,7 +35,7 @@ TEST_CASE("eight golden prompts joining at different steps each reproduce their 
       r.cache = cache_for(g.sinks, g.mode == "dense" ? 0 : g.window);
       r.options.max_new_tokens = g.steps + 1 - static_cast<int>(g.prompt_ids.size());
       r.options.stop_at_eos = false;
-      r.on_done = [&done, i = submitted](const Completion& c) { done[i] = c; };
+      r.on_done = [&done, i = submitted](const GenerationResult& c) { done[i] = c; };
       sched.submit(std::move(r));
       ++submitted;
     }
@@ -75,8 +75,8 @@ TEST_CASE("a hundred sequences arriving, leaving and cancelled at random each eq
     plans.push_back(p);
   }
 
-  BatchScheduler<Stories> sched(model(), tok(), {6, 200, 40});
-  std::vector<std::optional<Completion>> done(plans.size());
+  BatchScheduler<Stories> sched(model(), tok(), {6, 200, 40, {}});
+  std::vector<std::optional<GenerationResult>> done(plans.size());
   std::vector<SequenceId> ids(plans.size());
   std::vector<int> pieces(plans.size(), 0);
   for (int step = 0; step < 100000; ++step) {
@@ -86,12 +86,12 @@ TEST_CASE("a hundred sequences arriving, leaving and cancelled at random each eq
         r.prompt = plans[i].prompt;
         r.cache = cache_for(plans[i].sinks, plans[i].window);
         r.options.max_new_tokens = plans[i].max_tokens;
-        r.on_text = [&, i](std::string_view) {
+        r.on_piece = text_only([&, i](std::string_view) {
           ++pieces[i];
           if (plans[i].throws && pieces[i] == 2) throw std::runtime_error("callback failed");
           return plans[i].stop_after < 0 || pieces[i] < plans[i].stop_after;
-        };
-        r.on_done = [&done, i](const Completion& c) { done[i] = c; };
+        });
+        r.on_done = [&done, i](const GenerationResult& c) { done[i] = c; };
         ids[i] = sched.submit(std::move(r));
       }
       if (plans[i].cancel_at == step) sched.cancel(ids[i]);
@@ -104,12 +104,12 @@ TEST_CASE("a hundred sequences arriving, leaving and cancelled at random each eq
   for (std::size_t i = 0; i < plans.size(); ++i) {
     INFO("sequence " << i);
     REQUIRE(done[i].has_value());
-    const Completion& c = *done[i];
+    const GenerationResult& c = *done[i];
     if (plans[i].throws && pieces[i] >= 2) {
       REQUIRE_THAT(c.error, Catch::Contains("callback failed"));
       continue;
     }
-    if (c.cancelled) continue;
+    if (c.stop == StopReason::Cancelled && (plans[i].stop_after < 0 || pieces[i] < plans[i].stop_after)) continue;  // cancel()
     // The same request alone.
     auto cache = cache_for(plans[i].sinks, plans[i].window);
     GenerationOptions opt;
@@ -128,7 +128,7 @@ TEST_CASE("a hundred sequences arriving, leaving and cancelled at random each eq
 }
 
 TEST_CASE("the scheduler refuses what it cannot run, and more than it takes", "[scheduler][errors]") {
-  BatchScheduler<Stories> sched(model(), tok(), {2, 2, 16});
+  BatchScheduler<Stories> sched(model(), tok(), {2, 2, 16, {}});
   auto request = [](std::vector<TokenId> prompt) {
     BatchScheduler<Stories>::Request r;
     r.prompt = std::move(prompt);

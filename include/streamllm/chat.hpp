@@ -13,30 +13,12 @@
 #include <vector>
 
 #include "streamllm/cache/kv_cache.hpp"
+#include "streamllm/chat_template.hpp"
 #include "streamllm/generate.hpp"
 #include "streamllm/model.hpp"
 #include "streamllm/tokenizer.hpp"
 
 namespace streamllm {
-
-// Meta's Llama 2 chat format (llama/generation.py, chat_completion): every
-// user turn is BOS + "[INST] {content} [/INST]", every answer ends with EOS;
-// a system prompt goes inside the first user turn between <<SYS>> markers.
-struct Llama2ChatTemplate {
-  static std::string strip(std::string_view s) {
-    const auto b = s.find_first_not_of(" \t\r\n");
-    if (b == std::string_view::npos) return {};
-    const auto e = s.find_last_not_of(" \t\r\n");
-    return std::string(s.substr(b, e - b + 1));
-  }
-
-  // The text of a user turn (BOS is added as a token, not as text).
-  static std::string user_turn(std::string_view user, std::string_view system) {
-    std::string content = system.empty() ? std::string(user)
-                                         : "<<SYS>>\n" + std::string(system) + "\n<</SYS>>\n\n" + std::string(user);
-    return "[INST] " + strip(content) + " [/INST]";
-  }
-};
 
 template <class Config>
 class ChatSession {
@@ -68,9 +50,7 @@ class ChatSession {
   std::span<const float> prefill_turn(std::string_view user) {
     const std::string content = Llama2ChatTemplate::strip(user);
     if (content.empty()) throw InputError("chat: the turn is empty");
-    std::vector<TokenId> prompt{tok_->bos()};
-    const auto body = tok_->encode(Llama2ChatTemplate::user_turn(content, turns_.empty() ? system_ : ""), false);
-    prompt.insert(prompt.end(), body.begin(), body.end());
+    std::vector<TokenId> prompt = Llama2ChatTemplate::encode_user_turn(*tok_, content, turns_.empty() ? system_ : "");
     // The prompt, one answer token and its closing EOS must fit.
     if (!cache_->has_room(static_cast<std::int64_t>(prompt.size()) + 2))
       throw CacheFullError("chat: a turn of " + std::to_string(prompt.size()) + " tokens does not fit the " +
@@ -86,38 +66,29 @@ class ChatSession {
 
   // One user turn and its streamed answer. A stop asked by the callback, the
   // token limit or a throwing callback all end the answer with EOS in the
-  // cache, so the session stays usable.
-  TurnStats ask(std::string_view user, GenerationOptions opt, const TextCallback& on_text) {
+  // cache, so the session stays usable (the exception is rethrown after).
+  TurnStats ask(std::string_view user, GenerationOptions opt, TextCallback on_text) {
     const auto t0 = std::chrono::steady_clock::now();
     check_generation<Config>(*tok_, opt);
     const auto logits = prefill_turn(user);
     Turn& turn = turns_.back();
     // A dense cache bounds the answer: it must leave room for the closing EOS.
     const std::int64_t free = cache_->capacity() - cache_->size();
-    if (!cache_->has_room(opt.max_new_tokens + 1))
+    if (!cache_->has_room(opt.max_new_tokens < 0 ? cache_->capacity() : std::int64_t{opt.max_new_tokens} + 1))
       opt.max_new_tokens = static_cast<int>(std::max<std::int64_t>(1, free - 1));
     opt.echo_prompt = false;
     opt.continue_text = false;
-    std::exception_ptr error;
-    const auto res = generate_from(*model_, *tok_, *cache_, logits, turn.prompt, opt,
-                                   [&](std::string_view piece) {
-                                     turn.answer_text += piece;
-                                     if (!on_text) return true;
-                                     try {
-                                       return on_text(piece);
-                                     } catch (...) {
-                                       error = std::current_exception();
-                                       return false;
-                                     }
-                                   },
-                                   t0);
+    GenerationStep step(*tok_, opt, turn.prompt, text_only(std::move(on_text)), t0);
+    decode_until_done(*model_, *cache_, logits, step);
+    const GenerationResult& res = step.result();
+    turn.answer_text = res.text;
     turn.answer = res.tokens;
     close_answer(turn);
     last_.answer_tokens = res.tokens.size();
     last_.time_to_first_token_s = res.time_to_first_token_s;
     last_.tokens_per_s = res.tokens_per_s();
     last_.stop = res.stop;
-    if (error) std::rethrow_exception(error);
+    if (step.callback_exception()) std::rethrow_exception(step.callback_exception());
     return last_;
   }
 
@@ -152,18 +123,13 @@ class ChatSession {
   // it); feed it, and an EOS if the answer did not end with one, so the
   // history reads "... answer </s>" as in Meta's format.
   void close_answer(Turn& turn) {
-    std::vector<TokenId> tail;
-    if (!turn.answer.empty()) tail.push_back(turn.answer.back());
-    if (turn.answer.empty() || turn.answer.back() != tok_->eos()) {
-      turn.answer.push_back(tok_->eos());
-      tail.push_back(tok_->eos());
-    }
-    if (!cache_->has_room(static_cast<std::int64_t>(tail.size()))) {
-      // Only a dense cache at its very end gets here: keep what fits.
-      const auto fit = static_cast<std::size_t>(cache_->capacity() - cache_->size());
-      turn.answer.resize(turn.answer.size() - (tail.size() - fit));
-      tail.resize(fit);
-    }
+    const std::size_t in_cache = turn.answer.empty() ? 0 : turn.answer.size() - 1;
+    Llama2ChatTemplate::close_answer(*tok_, turn.answer);
+    std::size_t end = turn.answer.size();
+    if (!cache_->has_room(static_cast<std::int64_t>(end - in_cache)))  // a dense cache at its very end: keep what fits
+      end = in_cache + static_cast<std::size_t>(cache_->capacity() - cache_->size());
+    turn.answer.erase(turn.answer.begin() + static_cast<std::ptrdiff_t>(end), turn.answer.end());
+    const std::vector<TokenId> tail(turn.answer.begin() + static_cast<std::ptrdiff_t>(in_cache), turn.answer.end());
     if (!tail.empty()) model_->prefill(tail, *cache_);
   }
 

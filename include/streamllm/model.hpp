@@ -79,6 +79,9 @@ class Llama {
   explicit Llama(ModelWeights<Config> weights);
 
   const ModelWeights<Config>& weights() const { return w_; }
+  // Which weights these are (weights_fingerprint of the file's, before any
+  // repacking): saved caches carry it.
+  std::uint64_t fingerprint() const { return w_.fingerprint; }
   const HyperParams& hparams() const { return w_.hparams; }
   const kernels::Rope& rope() const { return rope_; }
 
@@ -237,7 +240,8 @@ class Llama {
 // the others compiles the forward pass, and every kernel under it, once.
 template <class Config>
 Llama<Config>::Llama(ModelWeights<Config> weights)
-    : w_(interleave_int8_weights(std::move(weights))), rope_(static_cast<int>(HD), w_.hparams.rope_theta) {}
+    : w_(interleave_int8_weights(with_fingerprint(std::move(weights)))),
+      rope_(static_cast<int>(HD), w_.hparams.rope_theta) {}
 
 template <class Config>
 typename Llama<Config>::Logits Llama<Config>::forward(std::span<const Sequence> seqs) {

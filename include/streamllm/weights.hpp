@@ -9,6 +9,7 @@
 #include "streamllm/config.hpp"
 #include "streamllm/error.hpp"
 #include "streamllm/tensor.hpp"
+#include "streamllm/util/hash.hpp"
 
 namespace streamllm {
 
@@ -33,6 +34,7 @@ struct ModelWeights {
   HyperParams hparams;
   std::string source;                 // the file the views point into
   std::shared_ptr<const void> owner;  // keeps the mapping (and any converted buffers) alive
+  std::uint64_t fingerprint = 0;      // weights_fingerprint of the file's tensors (0: not yet computed)
 };
 
 // Throws when a file's shape is not the template's. `what` names the file.
@@ -54,6 +56,46 @@ void check_shape(const ModelShape& file, const std::string& path) {
   field("vocab", file.vocab, want.vocab);
   field("max_seq", file.max_seq, want.max_seq);
   throw FileError(path, "model shape does not match the template parameters: " + diff);
+}
+
+// A fingerprint of a model's weights, to tell whether state computed by one
+// model (a saved KV cache) belongs to another: each tensor's type and shape,
+// and 16 samples of 64 bytes spread over its data (all of it when smaller),
+// so it reads a few pages per tensor, not the whole file.
+inline void hash_tensor(Hash64& h, const TensorView& t) {
+  h.value(t.type).value(t.rows).value(t.cols);
+  const auto bytes = static_cast<std::size_t>(t.bytes());
+  constexpr std::size_t kSamples = 16, kSample = 64;
+  if (bytes <= kSamples * kSample) {
+    h.update(t.data, bytes);
+    return;
+  }
+  for (std::size_t i = 0; i < kSamples; ++i) h.update(t.data + (bytes - kSample) * i / (kSamples - 1), kSample);
+}
+
+template <class Config>
+std::uint64_t weights_fingerprint(const ModelWeights<Config>& w) {
+  Hash64 h;
+  const ModelShape s = Config::shape();
+  h.value(s).value(w.hparams.rope_theta).value(w.hparams.rms_eps);
+  auto norm = [&](const float* p) { h.update(p, Config::Dim * sizeof(float)); };
+  hash_tensor(h, w.token_embedding);
+  for (const LayerWeights& l : w.layers) {
+    norm(l.attn_norm);
+    norm(l.ffn_norm);
+    for (const TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_down, &l.w_up}) hash_tensor(h, *t);
+  }
+  norm(w.final_norm);
+  hash_tensor(h, w.classifier);
+  return h.digest();
+}
+
+// Computes the fingerprint once, from the tensors as the file has them (a
+// Llama repacks some at load; copies of its weights keep this value).
+template <class Config>
+ModelWeights<Config> with_fingerprint(ModelWeights<Config> w) {
+  if (w.fingerprint == 0) w.fingerprint = weights_fingerprint(w) | 1;
+  return w;
 }
 
 }  // namespace streamllm

@@ -9,7 +9,10 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "streamllm/config.hpp"
 #include "streamllm/error.hpp"
@@ -39,7 +42,10 @@ inline constexpr std::int64_t kUnboundedWindow = std::numeric_limits<std::int64_
 template <class Config>
 class KVCacheBase {
  public:
+  enum class Kind { Dense, SinkWindow };
+
   virtual ~KVCacheBase() = default;
+  virtual Kind kind() const = 0;
 
   // Tokens consumed so far: also the text position of the next token.
   std::int64_t size() const { return size_; }
@@ -75,6 +81,50 @@ class KVCacheBase {
   // Forgets every token (memory is kept).
   void clear() { size_ = 0; }
 
+  // Whether the cache can be cut back to its first n tokens: a dense cache
+  // always (n <= size), a ring only while it has not wrapped (nothing of the
+  // first n has been overwritten and nothing past them is needed again).
+  virtual bool can_truncate(std::int64_t n) const = 0;
+  void truncate(std::int64_t n) {
+    if (n < 0 || n > size_ || !can_truncate(n))
+      throw InputError(describe() + ": cannot be cut back from " + std::to_string(size_) + " to " +
+                       std::to_string(n) + " tokens" +
+                       (n <= size_ && n >= 0 ? " (its ring has wrapped: the tokens before are gone)" : ""));
+    size_ = n;
+  }
+
+  // An empty cache of the same kind and rule; a dense one with room for at
+  // least `capacity` positions (and never less than this one has).
+  virtual std::unique_ptr<KVCacheBase> empty_like(std::int64_t capacity = 0) const = 0;
+
+  // A new cache holding this one's first n tokens (truncation's rule), with
+  // room for `capacity` positions if dense: how a conversation or a shared
+  // prefix is reused without prefilling it again.
+  std::unique_ptr<KVCacheBase> copy_prefix(std::int64_t n, std::int64_t capacity = 0) const {
+    if (n < 0 || n > size_ || !can_truncate(n))
+      throw InputError(describe() + ": its first " + std::to_string(n) + " of " + std::to_string(size_) +
+                       " tokens cannot be copied (a wrapped ring holds only its whole history)");
+    auto out = empty_like(std::max(capacity, n));
+    const auto from = state(n);
+    const auto to = out->state(n);
+    for (std::size_t i = 0; i < from.size(); ++i) std::memcpy(to[i].data(), from[i].data(), from[i].size_bytes());
+    out->size_ = n;
+    return out;
+  }
+
+  // The buffers that hold the keys and values of a cache of n tokens, in an
+  // order fixed by the kind and the sizes: what copies and cache files move.
+  virtual std::vector<std::span<float>> state(std::int64_t n) = 0;
+  std::vector<std::span<const float>> state(std::int64_t n) const {
+    const auto s = const_cast<KVCacheBase*>(this)->state(n);
+    return {s.begin(), s.end()};
+  }
+  // Sets the number of tokens after state(n) was filled from elsewhere.
+  void restore_size(std::int64_t n) { size_ = n; }
+
+  // Whether two caches see the same tokens of a stream (the same rule).
+  bool same_rule(const KVCacheBase& other) const { return sinks() == other.sinks() && window() == other.window(); }
+
   // Token positions this cache holds at most, and the bytes of its buffers.
   virtual std::int64_t capacity() const = 0;
   std::int64_t occupancy() const { return std::min(size_, capacity()); }
@@ -98,9 +148,24 @@ class KVCache final : public KVCacheBase<Config> {
     v_.resize(layer_floats_ * Config::Layers);
   }
 
+  typename KVCacheBase<Config>::Kind kind() const override { return KVCacheBase<Config>::Kind::Dense; }
   std::int64_t sinks() const override { return 0; }
   std::int64_t window() const override { return kUnboundedWindow; }
   std::int64_t capacity() const override { return capacity_; }
+  bool can_truncate(std::int64_t n) const override { return n <= this->size_; }
+  std::unique_ptr<KVCacheBase<Config>> empty_like(std::int64_t capacity) const override {
+    return std::make_unique<KVCache>(std::max(capacity, capacity_));
+  }
+  std::vector<std::span<float>> state(std::int64_t n) override {
+    std::vector<std::span<float>> out;
+    const auto used = static_cast<std::size_t>(n) * Config::KVDim;
+    for (int l = 0; l < Config::Layers; ++l) {
+      const std::size_t base = static_cast<std::size_t>(l) * layer_floats_;
+      out.emplace_back(k_.data() + base, used);
+      out.emplace_back(v_.data() + base, used);
+    }
+    return out;
+  }
   std::size_t bytes() const override { return (k_.size() + v_.size()) * sizeof(float); }
   std::string describe() const override { return "dense KV cache of " + std::to_string(capacity_) + " positions"; }
 

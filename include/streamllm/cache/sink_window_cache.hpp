@@ -18,7 +18,9 @@
 // O(heads x head_dim), whatever S and W are; nothing in the ring is touched.
 #pragma once
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "streamllm/cache/kv_cache.hpp"
@@ -44,9 +46,27 @@ class DynamicSinkWindowKVCache : public KVCacheBase<Config> {
     ring_v_.resize(w);
   }
 
+  typename KVCacheBase<Config>::Kind kind() const override { return KVCacheBase<Config>::Kind::SinkWindow; }
   std::int64_t sinks() const override { return sinks_; }
   std::int64_t window() const override { return window_; }
   std::int64_t capacity() const override { return sinks_ + window_; }
+  // Until the ring wraps, window token p sits in slot p - S, as in a dense cache.
+  bool can_truncate(std::int64_t n) const override { return n == this->size_ || this->size_ <= sinks_ + window_; }
+  std::unique_ptr<KVCacheBase<Config>> empty_like(std::int64_t) const override {
+    return std::make_unique<DynamicSinkWindowKVCache>(sinks_, window_);
+  }
+  std::vector<std::span<float>> state(std::int64_t n) override {
+    std::vector<std::span<float>> out;
+    const auto sinks = static_cast<std::size_t>(std::min(n, sinks_)) * Config::KVDim;
+    const auto ring = static_cast<std::size_t>(std::clamp<std::int64_t>(n - sinks_, 0, window_)) * Config::KVDim;
+    for (int l = 0; l < Config::Layers; ++l) {
+      out.emplace_back(sink_k_.data() + sink_offset(l, 0), sinks);
+      out.emplace_back(sink_v_.data() + sink_offset(l, 0), sinks);
+      out.emplace_back(ring_k_.data() + ring_offset(l, 0), ring);
+      out.emplace_back(ring_v_.data() + ring_offset(l, 0), ring);
+    }
+    return out;
+  }
   std::size_t bytes() const override {
     return (sink_k_.size() + sink_v_.size() + ring_k_.size() + ring_v_.size()) * sizeof(float);
   }
