@@ -84,8 +84,10 @@ CacheFileInfo read_head(std::ifstream& in, const std::string& path, std::uint64_
   std::error_code ec;
   info.file_bytes = std::filesystem::file_size(path, ec);
   if (ec) throw fail("cannot read its size: " + ec.message());
-  if (!in.read(reinterpret_cast<char*>(&h), sizeof h)) throw fail("truncated: shorter than its header");
-  if (std::memcmp(h.magic, kCacheFileMagic, sizeof h.magic) != 0) throw fail("not a streamllm KV cache file (bad magic)");
+  in.read(reinterpret_cast<char*>(&h), sizeof h);
+  if (in.gcount() < static_cast<std::streamsize>(sizeof h.magic) || std::memcmp(h.magic, kCacheFileMagic, sizeof h.magic) != 0)
+    throw fail("not a streamllm KV cache file (bad magic)");
+  if (!in) throw fail("truncated: shorter than its header");
   if (h.version != kCacheFileVersion)
     throw fail("version " + std::to_string(h.version) + ", this build reads version " + std::to_string(kCacheFileVersion));
   if (h.fingerprint != fingerprint)
