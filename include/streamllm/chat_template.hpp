@@ -10,7 +10,6 @@
 #pragma once
 
 #include <cstddef>
-#include <functional>
 #include <list>
 #include <mutex>
 #include <optional>
@@ -109,11 +108,19 @@ class KnownAnswers {
   std::unordered_map<std::string, std::list<Entry>::iterator> index_;
 };
 
+// An answer of a dialog and the ids it was read as.
+struct DialogAnswer {
+  std::string text;
+  std::vector<TokenId> ids;
+};
+
 // The prompt of a dialog: optionally a system message first, then user and
 // assistant messages in turn, ending with the user's. Answers the model gave
-// come back as the ids it gave them as (`known`, when it has them).
+// come back as the ids it gave them as (`known`, when it has them); `used`
+// receives every answer with the ids it was read as.
 inline std::vector<TokenId> encode_dialog(const Tokenizer& tok, std::span<const ChatMessage> messages,
-                                          const KnownAnswers* known = nullptr) {
+                                          const KnownAnswers* known = nullptr,
+                                          std::vector<DialogAnswer>* used = nullptr) {
   using Role = ChatMessage::Role;
   std::vector<TokenId> ids;
   std::string_view system;
@@ -134,6 +141,7 @@ inline std::vector<TokenId> encode_dialog(const Tokenizer& tok, std::span<const 
       if (expect_user) throw InputError("chat: " + at + " is an answer that does not follow a user message");
       std::optional<std::vector<TokenId>> answer = known ? known->find(m.content) : std::nullopt;
       if (!answer) answer = tok.encode(Llama2ChatTemplate::strip(m.content), false);
+      if (used) used->push_back({m.content, *answer});
       Llama2ChatTemplate::close_answer(tok, *answer);
       ids.insert(ids.end(), answer->begin(), answer->end());
       expect_user = true;

@@ -1,0 +1,624 @@
+// An OpenAI-compatible service over the batch scheduler, free of any HTTP
+// library: a binding hands it each request (method, target, headers, body)
+// and writes back what it answers. Answers that need the model come back as
+// an Exchange, filled from the scheduler's thread as pieces are generated:
+// server-sent events for a stream, one JSON body at the end otherwise.
+//
+//   GET  /health, /metrics, /v1/models, /v1/models/{id}
+//   POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize
+//
+// Conversations reuse their KV cache across requests: each sequence asks
+// the scheduler for a cache rather than bringing one, and answers the model
+// gave are kept (KnownAnswers) so that a dialog resent as text reads as the
+// ids the cache holds.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "streamllm/chat_template.hpp"
+#include "streamllm/scheduler.hpp"
+#include "streamllm/serve/metrics.hpp"
+#include "streamllm/serve/openai.hpp"
+#include "streamllm/util/utf8.hpp"
+
+namespace streamllm::serve {
+
+using json = nlohmann::json;
+
+struct HttpRequest {
+  std::string method, target;
+  std::vector<std::pair<std::string, std::string>> headers;  // names in lower case
+  std::string body;
+
+  std::string_view header(std::string_view name) const {
+    for (const auto& [k, v] : headers)
+      if (k == name) return v;
+    return {};
+  }
+  std::string_view path() const {
+    const std::string_view t = target;
+    return t.substr(0, t.find('?'));
+  }
+};
+
+struct HttpReply {
+  int status = 200;
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+
+  void set_json(int code, const json& j) {
+    status = code;
+    body = openai::dump(j);
+    headers.emplace_back("Content-Type", "application/json");
+  }
+  void set_error(int code, std::string_view message, std::string_view param = {}, std::string type = {}) {
+    set_json(code, openai::error_body(message, code, param, std::move(type)));
+  }
+};
+
+struct ServiceOptions {
+  std::string model_name = "streamllm";
+  std::size_t max_sequences = 8;   // in the batch at once
+  std::size_t max_waiting = 64;    // queued behind them; more get 429
+  std::size_t step_tokens = 256;
+  std::int64_t sinks = 4, window = 0;  // window 0: dense caches
+  int default_max_tokens = 256;
+  std::size_t cache_bytes = std::size_t(512) << 20;  // kept caches in memory (0: no reuse)
+  std::string cache_dir;                             // evicted caches on disk ("" : none)
+  std::uintmax_t cache_dir_bytes = std::uintmax_t(4) << 30;
+  std::string api_key;        // "" : no key
+  std::string cors_origin;    // "" : no CORS headers; "*" : any origin
+  bool loopback_hosts_only = true;  // accept only loopback Host names (a loopback bind: DNS rebinding)
+  int retry_after_s = 1;
+  std::function<void(const std::string&)> warn;
+};
+
+// One generating request: its status line, headers and body as they become
+// known. Thread-safe: the scheduler's thread fills it, the binding's drains it.
+class Exchange {
+ public:
+  explicit Exchange(bool streaming) : streaming_(streaming) {}
+
+  bool streaming() const { return streaming_; }
+
+  // Called (from any thread) whenever there is something new to take; when
+  // set after output is ready, at once.
+  void on_ready(std::function<void()> f) {
+    bool now;
+    {
+      std::lock_guard lock(mu_);
+      notify_ = std::move(f);
+      now = head_ready_ && (!out_.empty() || finished_);
+    }
+    if (now) notify_();
+  }
+  // Status and headers, once known (a stream at once, a whole answer at its end).
+  std::optional<HttpReply> head() const {
+    std::lock_guard lock(mu_);
+    if (!head_ready_) return std::nullopt;
+    return head_;
+  }
+  // Appends the body bytes ready so far to `out`; true when no more will come.
+  bool take(std::string& out) {
+    std::lock_guard lock(mu_);
+    out += out_;
+    out_.clear();
+    return finished_;
+  }
+  // The client has gone (or the server ends the stream): cancels the sequences.
+  void cancel() {
+    std::function<void()> c;
+    {
+      std::lock_guard lock(mu_);
+      c = cancel_;
+    }
+    if (c) c();
+  }
+
+  // The service's side.
+  void set_head(HttpReply h) {
+    std::lock_guard lock(mu_);
+    head_ = std::move(h);
+    head_ready_ = true;
+  }
+  void set_cancel(std::function<void()> c) {
+    std::lock_guard lock(mu_);
+    cancel_ = std::move(c);
+  }
+  // Appends body bytes (and with `last`, ends it; `head` replaces the status line).
+  void write(std::string_view data, bool last = false, std::optional<HttpReply> head = std::nullopt) {
+    std::function<void()> n;
+    {
+      std::lock_guard lock(mu_);
+      if (finished_) return;
+      out_ += data;
+      if (head) {
+        head_ = std::move(*head);
+        head_ready_ = true;
+      }
+      finished_ = last;
+      if (head_ready_) n = notify_;
+    }
+    if (n) n();
+  }
+
+ private:
+  const bool streaming_;
+  mutable std::mutex mu_;
+  HttpReply head_;
+  bool head_ready_ = false, finished_ = false;
+  std::string out_;
+  std::function<void()> notify_, cancel_;
+};
+
+template <class Config>
+class ApiService {
+ public:
+  struct Handled {
+    HttpReply reply;                     // the answer, unless `exchange` is set
+    std::shared_ptr<Exchange> exchange;  // a generation: its answer comes from here
+  };
+
+  ApiService(Llama<Config>& model, const Tokenizer& tok, ServiceOptions opt)
+      : model_(&model), tok_(&tok), opt_(std::move(opt)), created_(now_s()), seeds_(std::random_device{}()),
+        scheduler_(model, tok, scheduler_options()) {
+    if (tok.vocab_size() != Config::Vocab)
+      throw InputError("server: the tokenizer has " + std::to_string(tok.vocab_size()) + " pieces, the model " +
+                       std::to_string(Config::Vocab));
+    if (opt_.window > 0) DynamicSinkWindowKVCache<Config> probe(opt_.sinks, opt_.window);  // sizes checked once
+  }
+
+  void start() { scheduler_.start(); }
+  // Graceful: no new generations; those running get up to `grace` to end,
+  // then end as cancelled; every stream gets its final event and [DONE].
+  void drain(std::chrono::milliseconds grace) {
+    draining_ = true;
+    scheduler_.drain(grace);
+  }
+  void stop() { scheduler_.stop(); }
+
+  const ServiceOptions& options() const { return opt_; }
+  const BatchScheduler<Config>& scheduler() const { return scheduler_; }
+  std::size_t known_answers() const { return known_.size(); }
+
+  Handled handle(const HttpRequest& req) {
+    Handled h;
+    const std::string path(req.path());
+    const std::string endpoint = endpoint_name(path);
+    try {
+      route(req, path, h);
+    } catch (const openai::ApiError& e) {
+      h = {};
+      h.reply.set_error(e.status(), e.what(), e.param(), e.type());
+      if (e.status() == 429 || e.status() == 503) h.reply.headers.emplace_back("Retry-After", std::to_string(opt_.retry_after_s));
+      if (e.status() == 405) h.reply.headers.emplace_back("Allow", allowed(path));
+      if (e.status() == 401) h.reply.headers.emplace_back("WWW-Authenticate", "Bearer");
+    } catch (const std::exception& e) {
+      h = {};
+      h.reply.set_error(500, e.what());
+    }
+    add_cors(req, h.exchange ? nullptr : &h.reply);
+    if (!h.exchange) metrics_.request(endpoint, h.reply.status);
+    return h;
+  }
+
+  // Headers a cross-origin browser client needs on every answer (empty when
+  // CORS is off or the origin is not the allowed one).
+  std::vector<std::pair<std::string, std::string>> cors_headers(std::string_view origin) const {
+    if (opt_.cors_origin.empty() || origin.empty()) return {};
+    if (opt_.cors_origin != "*" && opt_.cors_origin != origin) return {};
+    return {{"Access-Control-Allow-Origin", opt_.cors_origin == "*" ? "*" : std::string(origin)}, {"Vary", "Origin"}};
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  static std::int64_t now_s() {
+    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  }
+
+  typename BatchScheduler<Config>::Options scheduler_options() {
+    typename BatchScheduler<Config>::Options o;
+    o.max_active = opt_.max_sequences;
+    o.max_waiting = opt_.max_waiting;
+    o.step_tokens = opt_.step_tokens;
+    o.pool.max_bytes = opt_.cache_bytes;
+    o.pool.dir = opt_.cache_dir;
+    o.pool.max_dir_bytes = opt_.cache_dir_bytes;
+    o.pool.warn = opt_.warn;
+    o.pool.on_disk_note = [this](const std::string& note) { remember_note(note); };
+    return o;
+  }
+
+  // The answers a kept cache holds, saved with it: a restarted server reads
+  // the resent dialog as the same ids.
+  static std::string make_note(const std::vector<DialogAnswer>& answers, const GenerationResult& r) {
+    json a = json::array();
+    for (const auto& d : answers) a.push_back({d.text, d.ids});
+    a.push_back({r.text, r.tokens});
+    return openai::dump(a);
+  }
+  void remember_note(const std::string& note) {
+    try {
+      for (const json& d : json::parse(note)) known_.remember(d.at(0).get<std::string>(), d.at(1).get<std::vector<TokenId>>());
+    } catch (const std::exception& e) {
+      if (opt_.warn) opt_.warn(std::string("a kept cache's note does not read: ") + e.what());
+    }
+  }
+
+  static std::string endpoint_name(const std::string& path) {
+    for (const char* p : {"/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"})
+      if (path == p) return p;
+    if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
+    return "other";
+  }
+
+  static std::string allowed(const std::string& path) {
+    if (path == "/health" || path == "/metrics" || path.rfind("/v1/models", 0) == 0) return "GET, OPTIONS";
+    return "POST, OPTIONS";
+  }
+
+  static bool loopback_host(std::string_view host) {
+    if (host.empty()) return true;  // HTTP/1.0
+    std::string_view name = host;
+    if (name.front() == '[') name = name.substr(0, name.find(']') + 1);
+    else name = name.substr(0, name.find(':'));
+    return name == "localhost" || name == "[::1]" || name.rfind("127.", 0) == 0;
+  }
+
+  void route(const HttpRequest& req, const std::string& path, Handled& h) {
+    using openai::ApiError;
+    if (opt_.loopback_hosts_only && !loopback_host(req.header("host")))
+      throw ApiError(403, "Host '" + std::string(req.header("host")) +
+                              "' is not accepted: this server listens on loopback and answers only loopback names",
+                     {}, "permission_error");
+    const bool gets = path == "/health" || path == "/metrics" || path == "/v1/models" || path.rfind("/v1/models/", 0) == 0;
+    const bool posts = path == "/v1/completions" || path == "/v1/chat/completions" || path == "/completions" ||
+                       path == "/chat/completions" || path == "/tokenize" || path == "/detokenize";
+    if (!gets && !posts) throw ApiError(404, "no such endpoint: " + req.method + " " + path);
+    if (req.method == "OPTIONS") {  // a CORS preflight
+      h.reply.status = 204;
+      h.reply.headers.emplace_back("Allow", allowed(path));
+      if (!cors_headers(req.header("origin")).empty()) {
+        h.reply.headers.emplace_back("Access-Control-Allow-Methods", allowed(path));
+        h.reply.headers.emplace_back("Access-Control-Allow-Headers", "Authorization, Content-Type");
+        h.reply.headers.emplace_back("Access-Control-Max-Age", "600");
+      }
+      return;
+    }
+    if ((gets && req.method != "GET" && req.method != "HEAD") || (posts && req.method != "POST"))
+      throw ApiError(405, "method " + req.method + " is not allowed on " + path + " (" + allowed(path) + ")");
+    if (path == "/health") return health(h.reply);
+    if (!opt_.api_key.empty() && req.header("authorization") != "Bearer " + opt_.api_key)
+      throw ApiError(401, req.header("authorization").empty() ? "an API key is required: Authorization: Bearer <key>"
+                                                               : "the API key is not valid");
+    if (path == "/metrics") {
+      h.reply.status = 200;
+      h.reply.body = metrics_.text({scheduler_.active(), scheduler_.waiting(), scheduler_.pool_bytes(), scheduler_.pool_entries()});
+      h.reply.headers.emplace_back("Content-Type", "text/plain; version=0.0.4");
+      return;
+    }
+    if (path == "/v1/models") return h.reply.set_json(200, {{"object", "list"}, {"data", json::array({model_json()})}});
+    if (gets) {  // /v1/models/{id}
+      const std::string id = path.substr(std::string_view("/v1/models/").size());
+      if (id != opt_.model_name) throw ApiError(404, "the model '" + id + "' does not exist; this server has '" + opt_.model_name + "'", "model");
+      return h.reply.set_json(200, model_json());
+    }
+    const json body = parse_body(req);
+    if (path == "/tokenize") return tokenize(body, h.reply);
+    if (path == "/detokenize") return detokenize(body, h.reply);
+    h.exchange = generate(body, path.find("chat") != std::string::npos ? openai::Endpoint::Chat : openai::Endpoint::Completions,
+                          req.header("origin"));
+  }
+
+  json parse_body(const HttpRequest& req) const {
+    using openai::ApiError;
+    const std::string_view type = req.header("content-type");
+    if (type.substr(0, type.find(';')) != "application/json")
+      throw ApiError(415, "the body must be JSON, sent with Content-Type: application/json" +
+                              (type.empty() ? std::string() : " (not '" + std::string(type) + "')"));
+    if (const std::size_t bad = first_invalid_utf8(req.body); bad != std::string_view::npos)
+      throw ApiError(400, "the body is not valid UTF-8 (byte " + std::to_string(bad) + ")");
+    try {
+      return json::parse(req.body);
+    } catch (const json::exception& e) {
+      throw ApiError(400, std::string("the body is not valid JSON: ") + e.what());
+    }
+  }
+
+  void health(HttpReply& r) const {
+    r.set_json(draining_ ? 503 : 200, {{"status", draining_ ? "shutting down" : "ok"}, {"model", opt_.model_name},
+                                       {"active_sequences", scheduler_.active()}, {"waiting_sequences", scheduler_.waiting()}});
+  }
+
+  json model_json() const {
+    const ModelShape s = Config::shape();
+    return {{"id", opt_.model_name}, {"object", "model"}, {"created", created_}, {"owned_by", "streamllm"},
+            {"meta", {{"dim", s.dim}, {"layers", s.layers}, {"heads", s.heads}, {"kv_heads", s.kv_heads},
+                      {"vocab", s.vocab}, {"context", s.max_seq}, {"cache", opt_.window > 0 ? "sink+window" : "dense"}}}};
+  }
+
+  void tokenize(const json& body, HttpReply& r) const {
+    using openai::ApiError;
+    const auto it = body.find("content");
+    if (!body.is_object() || it == body.end() || !it->is_string()) throw ApiError(400, "'content' must be a string", "content");
+    const bool special = openai::detail::boolean(body, "add_special", false);
+    const bool pieces = openai::detail::boolean(body, "with_pieces", false);
+    const auto ids = tok_->encode(it->get<std::string>(), special);
+    json tokens = json::array();
+    for (TokenId id : ids)
+      tokens.push_back(pieces ? json{{"id", id}, {"piece", openai::token_text(*tok_, id)}} : json(id));
+    r.set_json(200, {{"tokens", tokens}});
+  }
+
+  void detokenize(const json& body, HttpReply& r) const {
+    using openai::ApiError;
+    const auto it = body.find("tokens");
+    if (!body.is_object() || it == body.end() || !it->is_array()) throw ApiError(400, "'tokens' must be an array of token ids", "tokens");
+    const openai::Limits lim{Config::Vocab};
+    const auto ids = it->empty() ? std::vector<TokenId>() : openai::detail::token_array(*it, lim, "tokens");
+    r.set_json(200, {{"content", tok_->decode(ids)}});
+  }
+
+  // The cache a request's sequences ask for: sink+window if the server runs
+  // them, else dense with room for the prompt, the answer and its closing EOS.
+  CacheShape cache_shape(std::size_t prompt, int max_tokens) const {
+    if (opt_.window > 0) return {opt_.sinks, opt_.window, 0};
+    const auto need = static_cast<std::int64_t>(prompt) + max_tokens + 2;
+    return {0, 0, std::min<std::int64_t>(Config::MaxSeq, need)};
+  }
+
+  struct Choice {
+    std::optional<GenerationResult> result;
+    std::size_t text_bytes = 0;              // streamed so far (completions' text_offset)
+    openai::CompletionLogprobs completion_lp;  // whole answers
+    json chat_lp = json::array();
+  };
+
+  // The state of one generating request, shared by its sequences' callbacks.
+  struct Job {
+    openai::Envelope env;
+    openai::Request req;
+    std::shared_ptr<Exchange> ex;
+    std::vector<Choice> choices;
+    std::vector<std::pair<std::string, std::string>> origin_headers;  // CORS
+    std::size_t done = 0;
+    bool abandoned = false;  // its submission failed: the answer was an error
+    std::mutex mu;
+  };
+
+  std::shared_ptr<Exchange> generate(const json& body, openai::Endpoint ep, std::string_view origin) {
+    using openai::ApiError;
+    if (draining_) throw ApiError(503, "the server is shutting down");
+    openai::Limits lim;
+    lim.vocab = Config::Vocab;
+    lim.context = opt_.window > 0 ? 0 : Config::MaxSeq;
+    lim.default_max_tokens = opt_.default_max_tokens;
+    lim.max_n = static_cast<int>(std::clamp<std::size_t>(opt_.max_sequences + opt_.max_waiting, 1, 16));
+    lim.max_prompt_bytes = opt_.window > 0 ? 0 : static_cast<std::size_t>(Config::MaxSeq) * 64;
+    auto job = std::make_shared<Job>();
+    job->req = openai::parse_request(body, ep, *tok_, lim, &known_);
+    job->env = {std::string(ep == openai::Endpoint::Chat ? "chatcmpl-" : "cmpl-") + std::to_string(++next_id_),
+                opt_.model_name, now_s(), ep};
+    job->choices.resize(job->req.choices());
+    job->ex = std::make_shared<Exchange>(job->req.stream);
+    const std::uint64_t seed = job->req.seed ? *job->req.seed : next_seed();
+    job->origin_headers = cors_headers(origin);
+    if (job->req.stream) {
+      HttpReply head;
+      head.headers = {{"Content-Type", "text/event-stream"}, {"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}};
+      for (auto& kv : job->origin_headers) head.headers.push_back(kv);
+      job->ex->set_head(std::move(head));
+      if (ep == openai::Endpoint::Chat) {  // OpenAI opens each choice with its role
+        std::string first;
+        for (std::size_t c = 0; c < job->choices.size(); ++c)
+          first += openai::sse(with_usage_null(*job, job->env.chunk({{"index", c}, {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                                                      {"logprobs", nullptr}, {"finish_reason", nullptr}})));
+        job->ex->write(first);
+      }
+    }
+
+    std::vector<SequenceId> ids;
+    auto cancel_all = [this, &ids] {
+      for (SequenceId id : ids) scheduler_.cancel(id);
+    };
+    try {
+      for (std::size_t c = 0; c < job->choices.size(); ++c) {
+        const auto& prompt = job->req.prompts[c / static_cast<std::size_t>(job->req.n)];
+        typename BatchScheduler<Config>::Request r;
+        r.prompt = prompt;
+        r.cache_shape = cache_shape(prompt.size(), job->req.options.max_new_tokens);
+        r.options = job->req.options;
+        r.options.sampling.seed = seed + c;
+        r.close_with_eos = ep == openai::Endpoint::Chat;
+        r.on_piece = [this, job, c](const Piece& p) { return on_piece(*job, c, p); };
+        r.on_done = [this, job, c](const GenerationResult& res) { on_done(*job, c, res); };
+        if (ep == openai::Endpoint::Chat)
+          r.note = [answers = job->req.answers](const GenerationResult& res) { return make_note(answers, res); };
+        ids.push_back(scheduler_.submit(std::move(r)));
+      }
+    } catch (const CapacityError& e) {
+      abandon(*job, cancel_all);
+      throw ApiError(429, e.what());
+    } catch (const ShutdownError& e) {
+      abandon(*job, cancel_all);
+      throw ApiError(503, e.what());
+    } catch (const InputError& e) {
+      abandon(*job, cancel_all);
+      throw ApiError(400, e.what());
+    }
+    job->ex->set_cancel([this, ids] {
+      for (SequenceId id : ids) scheduler_.cancel(id);
+    });
+    return job->ex;
+  }
+
+  void abandon(Job& job, const std::function<void()>& cancel_all) {
+    {
+      std::lock_guard lock(job.mu);
+      job.abandoned = true;
+    }
+    cancel_all();
+  }
+
+  std::uint64_t next_seed() {
+    std::lock_guard lock(seed_mu_);
+    return seeds_();
+  }
+
+  json with_usage_null(const Job& job, json chunk) const {
+    if (job.req.include_usage) chunk["usage"] = nullptr;
+    return chunk;
+  }
+
+  // On the scheduler's thread: a piece of choice c.
+  bool on_piece(Job& job, std::size_t c, const Piece& p) {
+    std::lock_guard lock(job.mu);
+    if (job.abandoned) return false;
+    Choice& ch = job.choices[c];
+    const bool chat = job.req.endpoint == openai::Endpoint::Chat;
+    if (!job.req.stream) {
+      if (job.req.logprobs) {
+        if (chat) for (auto& e : openai::chat_logprobs(*tok_, p.logprobs)) ch.chat_lp.push_back(std::move(e));
+        else ch.completion_lp.add(*tok_, p.logprobs, ch.text_bytes);
+      }
+      ch.text_bytes += p.text.size();
+      return true;
+    }
+    json choice = {{"index", c}, {"finish_reason", nullptr}};
+    json lp = nullptr;
+    if (job.req.logprobs) {
+      if (chat) {
+        lp = {{"content", openai::chat_logprobs(*tok_, p.logprobs)}, {"refusal", nullptr}};
+      } else {
+        openai::CompletionLogprobs l;
+        l.add(*tok_, p.logprobs, ch.text_bytes);
+        lp = l.to_json();
+      }
+    }
+    choice["logprobs"] = lp;
+    if (chat) choice["delta"] = {{"content", std::string(p.text)}};
+    else choice["text"] = std::string(p.text);
+    ch.text_bytes += p.text.size();
+    job.ex->write(openai::sse(with_usage_null(job, job.env.chunk(std::move(choice)))));
+    return true;
+  }
+
+  // On the scheduler's thread: choice c has ended.
+  void on_done(Job& job, std::size_t c, const GenerationResult& res) {
+    metrics_.sequence(res.prompt_tokens, res.cached_tokens, res.tokens.size(), res.time_to_first_token_s, !res.tokens.empty());
+    const bool chat = job.req.endpoint == openai::Endpoint::Chat;
+    if (chat && res.stop != StopReason::Error) known_.remember(res.text, res.tokens);
+    std::lock_guard lock(job.mu);
+    if (job.abandoned) return;
+    job.choices[c].result = res;
+    if (job.req.stream) {
+      if (res.stop == StopReason::Error) {
+        job.ex->write(openai::sse(openai::error_body(res.error, 500)));
+      } else {
+        json choice = {{"index", c}, {"logprobs", nullptr}, {"finish_reason", openai::finish_reason(res.stop)}};
+        if (chat) choice["delta"] = json::object();
+        else choice["text"] = "";
+        job.ex->write(openai::sse(with_usage_null(job, job.env.chunk(std::move(choice)))));
+      }
+    }
+    if (++job.done < job.choices.size()) return;
+    finish(job);
+  }
+
+  // Every choice has ended: the whole answer, or the stream's last events.
+  void finish(Job& job) {
+    const bool chat = job.req.endpoint == openai::Endpoint::Chat;
+    std::size_t prompt = 0, completion = 0, cached = 0;
+    const std::size_t n = static_cast<std::size_t>(job.req.n);
+    for (std::size_t c = 0; c < job.choices.size(); ++c) {
+      const GenerationResult& r = *job.choices[c].result;
+      completion += r.tokens.size();
+      if (c % n == 0) {
+        prompt += r.prompt_tokens;
+        cached += r.cached_tokens;
+      }
+    }
+    const json use = openai::usage(prompt, completion, cached);
+    const GenerationResult& first = *job.choices[0].result;
+    int status = 200;
+    for (const Choice& ch : job.choices)
+      if (ch.result->stop == StopReason::Error) status = 500;
+    metrics_.request(endpoint_of(job), status);
+    if (job.req.stream) {
+      std::string tail;
+      if (job.req.include_usage) {
+        json u = {{"id", job.env.id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", job.env.created},
+                  {"model", job.env.model}, {"system_fingerprint", "streamllm"}, {"choices", json::array()}, {"usage", use},
+                  {"timings", openai::timings(first)}};
+        tail += openai::sse(u);
+      }
+      tail += openai::kSseDone;
+      job.ex->write(tail, true);
+      return;
+    }
+    HttpReply head;
+    head.headers = job.origin_headers;
+    if (status == 500) {
+      for (const Choice& ch : job.choices)
+        if (ch.result->stop == StopReason::Error) {
+          head.set_error(500, "generation failed: " + ch.result->error);
+          break;
+        }
+      job.ex->write(head.body, true, head);
+      return;
+    }
+    json choices = json::array();
+    for (std::size_t c = 0; c < job.choices.size(); ++c) {
+      const Choice& ch = job.choices[c];
+      const GenerationResult& r = *ch.result;
+      json choice = {{"index", c}, {"finish_reason", openai::finish_reason(r.stop)}};
+      if (chat) {
+        choice["message"] = {{"role", "assistant"}, {"content", r.text}, {"refusal", nullptr}};
+        choice["logprobs"] = job.req.logprobs ? json{{"content", ch.chat_lp}, {"refusal", nullptr}} : json(nullptr);
+      } else {
+        choice["text"] = r.text;
+        choice["logprobs"] = job.req.logprobs ? ch.completion_lp.to_json() : json(nullptr);
+      }
+      choices.push_back(std::move(choice));
+    }
+    head.set_json(200, job.env.whole(std::move(choices), use, openai::timings(first)));
+    job.ex->write(head.body, true, head);
+  }
+
+  static std::string endpoint_of(const Job& job) {
+    return job.req.endpoint == openai::Endpoint::Chat ? "/v1/chat/completions" : "/v1/completions";
+  }
+
+  void add_cors(const HttpRequest& req, HttpReply* reply) const {
+    if (!reply) return;
+    for (auto& kv : cors_headers(req.header("origin"))) reply->headers.push_back(kv);
+  }
+
+  Llama<Config>* model_;
+  const Tokenizer* tok_;
+  ServiceOptions opt_;
+  std::int64_t created_;
+  std::atomic<std::uint64_t> next_id_ = 0;
+  std::mutex seed_mu_;
+  std::mt19937_64 seeds_;
+  std::atomic<bool> draining_ = false;
+  Metrics metrics_;
+  KnownAnswers known_;  // before the scheduler: its pool's folder is read into it
+  BatchScheduler<Config> scheduler_;
+};
+
+}  // namespace streamllm::serve
