@@ -3,14 +3,26 @@
 set -euo pipefail
 packages=(build-essential cmake pkg-config clang libomp-dev
   libeigen3-dev libxsimd-dev xtl-dev libsentencepiece-dev
-  catch2 libbenchmark-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev)
+  catch2 libbenchmark-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
+  libboost-dev libedit-dev)
+# Node and npm run the OpenAI SDK tests; Debian's packages when the machine has none.
+command -v node >/dev/null 2>&1 || packages+=(nodejs)
+command -v npm >/dev/null 2>&1 || packages+=(npm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
-sudo=""
-[ "$(id -u)" -ne 0 ] && sudo="sudo"
-echo "installing: ${missing[*]}"
-$sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  echo "installing: ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# The official OpenAI Node SDK (npm `openai`, pinned in tests/sdk/package-lock.json).
+root="$(cd "$(dirname "$0")/.." && pwd)"
+if [ ! -f "$root/tests/sdk/node_modules/openai/package.json" ]; then
+  echo "installing the OpenAI Node SDK into tests/sdk"
+  npm ci --prefix "$root/tests/sdk" --no-audit --no-fund --loglevel=error >/dev/null
+fi

@@ -1,14 +1,15 @@
-// The example server, started on a free loopback port: completions equal the
-// library's output, streamed or not; 32 concurrent streaming clients finish;
-// bad requests get 4xx and the server keeps serving; a client that leaves
-// cancels its sequence.
+// The example server, run as a process on a free loopback port and spoken
+// to over HTTP: its answers are the library's, conversations continue from
+// their caches (also over a restart), bad requests get a JSON error, and the
+// server holds under abuse (big bodies, slow sockets, bad bytes, pipelining,
+// SIGTERM mid-stream).
 #include <atomic>
 #include <thread>
 
-#include "common.hpp"
-#include "server.hpp"
+#include "server_process.hpp"
 
 using namespace streamllm;
+using test::ServerProcess;
 using test::Stories;
 using json = nlohmann::json;
 
@@ -16,52 +17,6 @@ namespace {
 
 Llama<Stories>& model() { return test::stories_model(); }
 const Tokenizer& tok() { return test::stories_tokenizer(); }
-
-// A server on a free loopback port, serving on its own thread. Each has its
-// own Llama over the shared weights: a test may run two servers at once, and
-// computes the library's side on the test's thread.
-struct Running {
-  Llama<Stories> own_model{model().weights()};
-  server::CompletionServer<Stories> srv;
-  int port;
-  std::thread thread;
-  explicit Running(server::Options o) : srv(own_model, tok(), (o.port = 0, o)), port(srv.bind()), thread([this] { srv.serve(); }) {
-    for (int i = 0; i < 200 && !srv.running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  ~Running() {
-    srv.stop();
-    thread.join();
-  }
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", port);
-    c.set_read_timeout(60, 0);
-    return c;
-  }
-};
-
-// The text of a streamed response: the pieces of its events, and whether it ended with [DONE].
-std::pair<std::string, bool> read_events(const std::string& body, bool chat) {
-  std::string text;
-  bool done = false;
-  std::size_t at = 0;
-  while ((at = body.find("data: ", at)) != std::string::npos) {
-    const auto end = body.find("\n\n", at);
-    const std::string data = body.substr(at + 6, end - at - 6);
-    at = end;
-    if (data == "[DONE]") {
-      done = true;
-      continue;
-    }
-    const auto j = json::parse(data);
-    const auto& choice = j.at("choices").at(0);
-    if (chat) {
-      if (choice.at("delta").contains("content")) text += choice["delta"]["content"].get<std::string>();
-    } else {
-      text += choice.at("text").get<std::string>();
-    }
-  }
-  return {text, done};
-}
 
 std::string library_completion(const std::string& prompt, int n) {
   KVCache<Stories> cache;
@@ -72,10 +27,60 @@ std::string library_completion(const std::string& prompt, int n) {
   return out;
 }
 
+json chat_request(const json& messages, int max_tokens) {
+  return {{"messages", messages}, {"max_tokens", max_tokens}, {"temperature", 0}};
+}
+
+const char* kTurns[] = {"Tell me a story about a cat.", "What did the cat do next?", "Was the dog happy?",
+                        "Where did they go?", "And then?", "Who did they meet?", "Was it sunny?",
+                        "What did Lily say?", "How did it end?", "Tell me another one."};
+
+// A conversation through /v1/chat/completions beside a ChatSession with the
+// same cache: every answer equal, each turn's cached_tokens the history
+// before it, and only the turn's own tokens prefilled.
+void converse(const ServerProcess& s, std::unique_ptr<KVCacheBase<Stories>> cache, int turns, int max_tokens,
+              const std::function<void(int)>& after_turn = {}) {
+  auto c = s.client();
+  ChatSession<Stories> chat(model(), tok(), std::move(cache), "You tell short stories.");
+  GenerationOptions opt;
+  opt.max_new_tokens = max_tokens;
+  json messages = json::array({{{"role", "system"}, {"content", "You tell short stories."}}});
+  for (int i = 0; i < turns; ++i) {
+    const std::string user = std::string(kTurns[i % 10]) + (i >= 10 ? " Part " + std::to_string(i) + "." : "");
+    const std::size_t history = chat.history().size();
+    chat.ask(user, opt, nullptr);
+    messages.push_back({{"role", "user"}, {"content", user}});
+    const auto r = test::post_json(c, "/v1/chat/completions", chat_request(messages, max_tokens));
+    REQUIRE(r);
+    REQUIRE(r->status == 200);
+    const auto j = json::parse(r->body);
+    const std::string answer = j["choices"][0]["message"]["content"];
+    INFO("turn " << i + 1);
+    REQUIRE(answer == chat.turns().back().answer_text);
+    if (i > 0) REQUIRE(j["usage"]["prompt_tokens_details"]["cached_tokens"] == history);
+    REQUIRE(j["timings"]["prompt_n"] == chat.turns().back().prompt.size());
+    REQUIRE(j["usage"]["prompt_tokens"] == history + chat.turns().back().prompt.size());
+    messages.push_back({{"role", "assistant"}, {"content", answer}});
+    if (after_turn) after_turn(i);
+  }
+}
+
+double metric(const ServerProcess& s, const std::string& name) {
+  auto c = s.client();
+  // A finished conversation's cache joins the pool a step after its answer.
+  for (int i = 0; i < 200 && json::parse(c.Get("/health")->body)["active_sequences"] != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const auto r = c.Get("/metrics");
+  REQUIRE(r);
+  const auto at = r->body.find("\n" + name + " ");
+  REQUIRE(at != std::string::npos);
+  return std::stod(r->body.substr(at + name.size() + 2));
+}
+
 }  // namespace
 
 TEST_CASE("the server's completions equal the library's, streamed or not", "[server]") {
-  Running s({});
+  ServerProcess s({});
   auto c = s.client();
   const auto health = c.Get("/health");
   REQUIRE(health);
@@ -84,7 +89,7 @@ TEST_CASE("the server's completions equal the library's, streamed or not", "[ser
 
   const std::string want = library_completion("Once upon a time", 40);
   const json req = {{"prompt", "Once upon a time"}, {"max_tokens", 40}, {"temperature", 0}};
-  const auto whole = c.Post("/v1/completions", req.dump(), "application/json");
+  const auto whole = test::post_json(c, "/v1/completions", req);
   REQUIRE(whole);
   REQUIRE(whole->status == 200);
   const auto j = json::parse(whole->body);
@@ -95,36 +100,133 @@ TEST_CASE("the server's completions equal the library's, streamed or not", "[ser
 
   json sreq = req;
   sreq["stream"] = true;
-  const auto streamed = c.Post("/v1/completions", sreq.dump(), "application/json");
+  const auto streamed = test::post_json(c, "/v1/completions", sreq);
   REQUIRE(streamed);
   REQUIRE(streamed->get_header_value("Content-Type").rfind("text/event-stream", 0) == 0);
-  const auto [text, done] = read_events(streamed->body, false);
-  REQUIRE(done);
-  REQUIRE(text == want);
+  const auto ev = test::read_events(streamed->body, false);
+  REQUIRE(ev.done);
+  REQUIRE(ev.text == want);
 
-  // Chat: the library's ChatSession gives the same answer to the same turn.
   ChatSession<Stories> chat(model(), tok(), std::make_unique<KVCache<Stories>>(), "Be brief.");
   GenerationOptions opt;
   opt.max_new_tokens = 30;
   chat.ask("Tell me about a cat.", opt, nullptr);
   const std::string answer = chat.turns()[0].answer_text;
-  const json creq = {{"messages", {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Tell me about a cat."}}}},
-                     {"max_tokens", 30}, {"temperature", 0}};
-  const auto cw = c.Post("/v1/chat/completions", creq.dump(), "application/json");
+  const json creq = chat_request({{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Tell me about a cat."}}}, 30);
+  const auto cw = test::post_json(c, "/v1/chat/completions", creq);
   REQUIRE(cw);
   REQUIRE(cw->status == 200);
   REQUIRE(json::parse(cw->body)["choices"][0]["message"]["content"] == answer);
   json cs = creq;
   cs["stream"] = true;
-  const auto cstream = c.Post("/v1/chat/completions", cs.dump(), "application/json");
+  const auto cstream = test::post_json(c, "/v1/chat/completions", cs);
   REQUIRE(cstream);
-  REQUIRE(read_events(cstream->body, true) == std::make_pair(answer, true));
+  const auto cev = test::read_events(cstream->body, true);
+  REQUIRE(cev.done);
+  REQUIRE(cev.text == answer);
+  REQUIRE(cev.chunks.front()["choices"][0]["delta"]["role"] == "assistant");
+}
+
+TEST_CASE("a ten-turn chat resent whole each turn answers as a ChatSession and prefills only the new turn", "[server][reuse]") {
+  ServerProcess s({});
+  converse(s, std::make_unique<KVCache<Stories>>(), 10, 16);
+}
+
+TEST_CASE("a sink+window chat runs 50 turns through the API in flat memory", "[server][reuse]") {
+  ServerProcess s({"--sinks", "4", "--window", "252"});
+  double bytes = 0;
+  converse(s, std::make_unique<DynamicSinkWindowKVCache<Stories>>(4, 252), 50, 40, [&](int turn) {
+    const double now = metric(s, "streamllm_cache_pool_bytes");
+    if (turn == 0) bytes = now;
+    REQUIRE(now == bytes);
+  });
+  REQUIRE(metric(s, "streamllm_cached_tokens_total") > 2000);
+}
+
+TEST_CASE("interleaved conversations and an edited message: reuse up to the divergence, answers of a fresh prefill", "[server][reuse]") {
+  ServerProcess s({});
+  auto c = s.client();
+  json a = json::array(), b = json::array();
+  // The library beside conversation a: the ids its answers were generated as.
+  ChatSession<Stories> lib(model(), tok(), std::make_unique<KVCache<Stories>>());
+  KnownAnswers known;
+  GenerationOptions opt;
+  opt.max_new_tokens = 16;
+  auto turn = [&](json& msgs, const std::string& user) {
+    msgs.push_back({{"role", "user"}, {"content", user}});
+    const auto r = test::post_json(c, "/v1/chat/completions", chat_request(msgs, 16));
+    REQUIRE(r);
+    REQUIRE(r->status == 200);
+    const auto j = json::parse(r->body);
+    msgs.push_back({{"role", "assistant"}, {"content", j["choices"][0]["message"]["content"]}});
+    return j;
+  };
+  for (int i = 0; i < 3; ++i) {
+    const auto ja = turn(a, kTurns[i]);
+    lib.ask(kTurns[i], opt, nullptr);
+    REQUIRE(ja["choices"][0]["message"]["content"] == lib.turns().back().answer_text);
+    std::vector<TokenId> ids = lib.turns().back().answer;
+    ids.pop_back();  // the EOS the session closed it with
+    known.remember(lib.turns().back().answer_text, ids);
+    turn(b, kTurns[9 - i]);
+  }
+  // The client edits a's second question and asks on.
+  json edited = a;
+  edited[2]["content"] = "What did the dog do next?";
+  edited.push_back({{"role", "user"}, {"content", "And then?"}});
+  const auto r = test::post_json(c, "/v1/chat/completions", chat_request(edited, 20));
+  REQUIRE(r);
+  const auto j = json::parse(r->body);
+  // The library: the ids of a's dialog and of the edited one, their common prefix.
+  std::vector<ChatMessage> orig, changed;
+  for (const auto& m : a) orig.push_back({m["role"] == "user" ? ChatMessage::Role::User : ChatMessage::Role::Assistant, m["content"]});
+  for (const auto& m : edited) changed.push_back({m["role"] == "user" ? ChatMessage::Role::User : ChatMessage::Role::Assistant, m["content"]});
+  orig.push_back({ChatMessage::Role::User, "x"});
+  const auto prompt = encode_dialog(tok(), changed, &known);
+  const std::size_t divergence = common_prefix(prompt, encode_dialog(tok(), orig, &known));
+  REQUIRE(divergence > 5);
+  REQUIRE(common_prefix(encode_dialog(tok(), orig, &known), lib.history()) == lib.history().size());
+  REQUIRE(j["usage"]["prompt_tokens_details"]["cached_tokens"] == divergence);
+  KVCache<Stories> fresh;
+  GenerationOptions fresh_opt;
+  fresh_opt.max_new_tokens = 20;
+  fresh_opt.continue_text = false;
+  const auto want = generate(model(), tok(), fresh, std::span<const TokenId>(prompt), fresh_opt, nullptr);
+  REQUIRE(j["choices"][0]["message"]["content"] == want.text);
+}
+
+TEST_CASE("a server restarted on the same --cache-dir continues a conversation as warm as before", "[server][reuse]") {
+  const test::ScratchDir dir("streamllm-server-cachedir");
+  json messages = json::array();
+  auto ask = [&](ServerProcess& s, const std::string& user) {
+    auto c = s.client();
+    messages.push_back({{"role", "user"}, {"content", user}});
+    const auto r = test::post_json(c, "/v1/chat/completions", chat_request(messages, 16));
+    REQUIRE(r);
+    REQUIRE(r->status == 200);
+    const auto j = json::parse(r->body);
+    messages.push_back({{"role", "assistant"}, {"content", j["choices"][0]["message"]["content"]}});
+    // Everything before this turn was cached: only its own tokens were prefilled.
+    const std::size_t own = Llama2ChatTemplate::encode_user_turn(tok(), user, "").size();
+    REQUIRE(j["timings"]["prompt_n"] == own);
+    REQUIRE(j["usage"]["prompt_tokens_details"]["cached_tokens"] == j["usage"]["prompt_tokens"].get<std::size_t>() - own);
+  };
+  {
+    ServerProcess s({"--cache-dir", dir.path().string()});
+    auto c = s.client();
+    messages.push_back({{"role", "user"}, {"content", kTurns[0]}});
+    const auto first = json::parse(test::post_json(c, "/v1/chat/completions", chat_request(messages, 16))->body);
+    messages.push_back({{"role", "assistant"}, {"content", first["choices"][0]["message"]["content"]}});
+    ask(s, kTurns[1]);
+    REQUIRE(s.stop() == 0);  // graceful: the kept caches go to the folder
+  }
+  ServerProcess s({"--cache-dir", dir.path().string()});
+  ask(s, kTurns[2]);
+  ask(s, kTurns[3]);
 }
 
 TEST_CASE("32 concurrent streaming clients all complete with the library's text", "[server]") {
-  server::Options o;
-  o.max_sequences = 8;
-  Running s(o);
+  ServerProcess s({"--max-sequences", "8"});
   const std::string want = library_completion("The little bird", 30);
   std::atomic<int> ok = 0;
   std::mutex failures_mu;
@@ -134,13 +236,13 @@ TEST_CASE("32 concurrent streaming clients all complete with the library's text"
     clients.emplace_back([&] {
       auto c = s.client();
       const json req = {{"prompt", "The little bird"}, {"max_tokens", 30}, {"temperature", 0}, {"stream", true}};
-      const auto r = c.Post("/v1/completions", req.dump(), "application/json");
-      if (r && r->status == 200 && read_events(r->body, false) == std::make_pair(want, true)) {
+      const auto r = test::post_json(c, "/v1/completions", req);
+      const auto ev = r ? test::read_events(r->body, false) : test::Events{};
+      if (r && r->status == 200 && ev.done && ev.text == want) {
         ++ok;
       } else {
         std::lock_guard lock(failures_mu);
-        failures.push_back(r ? "status " + std::to_string(r->status) + ": " + read_events(r->body, false).first
-                             : "error " + httplib::to_string(r.error()));
+        failures.push_back(r ? "status " + std::to_string(r->status) + ": " + ev.text : "error " + httplib::to_string(r.error()));
       }
     });
   for (auto& t : clients) t.join();
@@ -149,94 +251,208 @@ TEST_CASE("32 concurrent streaming clients all complete with the library's text"
   REQUIRE(ok == 32);
 }
 
-TEST_CASE("malformed requests get 4xx with a JSON error, and the server keeps serving", "[server][errors]") {
-  server::Options o;
-  o.max_sequences = 1;
-  o.max_waiting = 0;
-  Running s(o);
+TEST_CASE("malformed and unsupported requests get 4xx with a JSON error naming the field", "[server][errors]") {
+  ServerProcess s({"--max-sequences", "1", "--max-waiting", "0"});
   auto c = s.client();
-  const std::pair<const char*, const char*> bad[] = {
-      {"/v1/completions", "{not json"},
-      {"/v1/completions", "[1, 2]"},
-      {"/v1/completions", R"({"max_tokens": 5})"},
-      {"/v1/completions", R"({"prompt": 5})"},
-      {"/v1/completions", R"({"prompt": "hi", "max_tokens": "ten"})"},
-      {"/v1/completions", R"({"prompt": "hi", "temperature": -1})"},
-      {"/v1/completions", R"({"prompt": "hi", "stream": "yes"})"},
-      {"/v1/completions", R"({"prompt": "hi", "n": 3})"},
-      {"/v1/chat/completions", R"({"messages": []})"},
-      {"/v1/chat/completions", R"({"messages": [{"role": "robot", "content": "x"}]})"},
-      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": 7}]})"},
-      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]})"},
+  struct Bad {
+    const char* path;
+    const char* body;
+    const char* says;
   };
-  for (const auto& [path, body] : bad) {
-    const auto r = c.Post(path, body, "application/json");
-    INFO(path << " " << body);
+  const Bad bad[] = {
+      {"/v1/completions", "{not json", "not valid JSON"},
+      {"/v1/completions", "[1, 2]", "JSON object"},
+      {"/v1/completions", R"({"max_tokens": 5})", "'prompt'"},
+      {"/v1/completions", R"({"prompt": 5})", "'prompt'"},
+      {"/v1/completions", R"({"prompt": []})", "'prompt'"},
+      {"/v1/completions", R"({"prompt": [1, 9999]})", "'prompt'"},
+      {"/v1/completions", R"({"prompt": "hi", "max_tokens": "ten"})", "'max_tokens'"},
+      {"/v1/completions", R"({"prompt": "hi", "temperature": 3})", "'temperature'"},
+      {"/v1/completions", R"({"prompt": "hi", "presence_penalty": 2.5})", "'presence_penalty'"},
+      {"/v1/completions", R"({"prompt": "hi", "stream": "yes"})", "'stream'"},
+      {"/v1/completions", R"({"prompt": "hi", "n": 300})", "'n'"},
+      {"/v1/completions", R"({"prompt": "hi", "stop": ["a", "b", "c", "d", "e"]})", "'stop'"},
+      {"/v1/completions", R"({"prompt": "hi", "logprobs": 9})", "'logprobs'"},
+      {"/v1/completions", R"({"prompt": "hi", "logit_bias": {"abc": 1}})", "'logit_bias'"},
+      {"/v1/completions", R"({"prompt": "hi", "suffix": "end"})", "'suffix'"},
+      {"/v1/chat/completions", R"({"messages": []})", "'messages'"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "robot", "content": "x"}]})", "robot"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "tool", "content": "x"}]})", "tool"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": 7}]})", "content"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]})", "image_url"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]})", "last message"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "a"}], "tools": [{"type": "function"}]})", "'tools'"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "a"}], "response_format": {"type": "json_object"}})", "'response_format'"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "a"}], "top_logprobs": 3})", "'top_logprobs'"},
+  };
+  for (const auto& b : bad) {
+    const auto r = c.Post(b.path, b.body, "application/json");
+    INFO(b.path << " " << b.body);
     REQUIRE(r);
     REQUIRE(r->status == 400);
-    REQUIRE(json::parse(r->body)["error"]["message"].get<std::string>().size() > 5);
+    REQUIRE_THAT(json::parse(r->body)["error"]["message"].get<std::string>(), Catch::Contains(b.says));
   }
   std::string long_prompt;
   for (int i = 0; i < 300; ++i) long_prompt += "the cat and the dog ";
-  const auto too_long = c.Post("/v1/completions", json{{"prompt", long_prompt}}.dump(), "application/json");
+  const auto too_long = test::post_json(c, "/v1/completions", {{"prompt", long_prompt}});
   REQUIRE(too_long->status == 400);
   REQUIRE_THAT(json::parse(too_long->body)["error"]["message"].get<std::string>(), Catch::Contains("tokens"));
-  REQUIRE(c.Get("/no/such/path")->status == 404);
+  for (const char* path : {"/no/such/path", "/v1/models/other-model"}) {
+    const auto nf = c.Get(path);
+    REQUIRE(nf->status == 404);
+    REQUIRE(json::parse(nf->body)["error"]["code"] == 404);
+  }
+  const auto wrong_method = c.Get("/v1/completions");
+  REQUIRE(wrong_method->status == 405);
+  REQUIRE(wrong_method->get_header_value("Allow") == "POST, OPTIONS");
+  REQUIRE(json::parse(wrong_method->body)["error"]["code"] == 405);
+  const auto plain = c.Post("/v1/completions", R"({"prompt": "hi"})", "text/plain");  // a cross-origin form post
+  REQUIRE(plain->status == 415);
+  const auto bytes = c.Post("/v1/completions", "{\"prompt\": \"\xff\xfe\"}", "application/json");
+  REQUIRE(bytes->status == 400);
+  REQUIRE_THAT(json::parse(bytes->body)["error"]["message"].get<std::string>(), Catch::Contains("UTF-8"));
+  REQUIRE(c.Get("/health")->status == 200);
+}
 
-  // One sequence at a time and none waiting: a second request while one runs
-  // gets 429. The running one cannot end by itself (sink+window cache, EOS
-  // ignored, no token limit to speak of) until its client hangs up.
-  server::Options one = o;
-  one.window = 60;
-  Running busy_server(one);
+TEST_CASE("a full server answers 429 with Retry-After, and a client that leaves frees its slot", "[server][errors]") {
+  ServerProcess s({"--max-sequences", "1", "--max-waiting", "0", "--sinks", "4", "--window", "60"});
   std::atomic<bool> started = false, checked = false;
   std::thread endless([&] {
-    auto c2 = busy_server.client();
+    auto c2 = s.client();
     const json req = {{"prompt", "Once"}, {"max_tokens", 1 << 20}, {"ignore_eos", true}, {"stream", true}};
-    server::post_streaming(c2, "/v1/completions", req.dump(), [&](const char*, std::size_t) {
+    test::post_streaming(c2, "/v1/completions", req.dump(), [&](const char*, std::size_t) {
       started = true;
       return !checked;
     });
   });
   while (!started) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  auto c3 = busy_server.client();
-  const auto busy = c3.Post("/v1/completions", json{{"prompt", "Hi"}, {"max_tokens", 5}}.dump(), "application/json");
+  auto c = s.client();
+  const auto busy = test::post_json(c, "/v1/completions", {{"prompt", "Hi"}, {"max_tokens", 5}});
   checked = true;
   endless.join();
   REQUIRE(busy);
   REQUIRE(busy->status == 429);
+  REQUIRE(busy->get_header_value("Retry-After") == "1");
   REQUIRE(json::parse(busy->body)["error"]["type"] == "rate_limit_error");
-  for (auto* srv : {&s, &busy_server}) {
-    auto ci = srv->client();
-    REQUIRE(ci.Get("/health")->status == 200);
-    // The hung-up sequence has been cancelled, so the slot is free again.
-    int status = 0;
-    for (int i = 0; i < 100 && (status == 0 || status == 429); ++i) {
-      if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      const auto fine = ci.Post("/v1/completions", json{{"prompt", "Hi"}, {"max_tokens", 5}, {"temperature", 0}}.dump(), "application/json");
-      status = fine ? fine->status : 0;
-    }
-    REQUIRE(status == 200);
+  int status = 0;
+  for (int i = 0; i < 100 && (status == 0 || status == 429); ++i) {
+    if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const auto fine = test::post_json(c, "/v1/completions", {{"prompt", "Hi"}, {"max_tokens", 5}, {"temperature", 0}});
+    status = fine ? fine->status : 0;
   }
+  REQUIRE(status == 200);
 }
 
-TEST_CASE("a streaming client that disconnects cancels its sequence", "[server]") {
-  server::Options o;
-  o.window = 60;  // a sequence that could run for ever
-  Running s(o);
+TEST_CASE("a whole answer whose client has gone is cancelled", "[server]") {
+  ServerProcess s({"--window", "60"});
   {
-    auto c = s.client();
-    int events = 0;
-    const json req = {{"prompt", "Once upon a time"}, {"max_tokens", 100000}, {"stream", true}};
-    server::post_streaming(c, "/v1/completions", req.dump(), [&](const char*, std::size_t) {
-      return ++events < 3;  // read a little, then hang up
-    });
-  }
+    test::RawSocket raw(s.port());
+    const std::string body = R"({"prompt": "Once", "max_tokens": 1000000, "ignore_eos": true})";
+    raw.send("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: " +
+             std::to_string(body.size()) + "\r\n\r\n" + body);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }  // hangs up without reading
   auto c = s.client();
   int active = -1;
-  for (int i = 0; i < 500 && active != 0; ++i) {
+  for (int i = 0; i < 300 && active != 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     active = json::parse(c.Get("/health")->body)["active_sequences"].get<int>();
   }
   REQUIRE(active == 0);
+}
+
+TEST_CASE("with --api-key: 401 without the key, /health open", "[server][errors]") {
+  ServerProcess s({"--api-key", "sesame"});
+  auto anon = s.client();
+  REQUIRE(anon.Get("/health")->status == 200);
+  const auto no = test::post_json(anon, "/v1/completions", {{"prompt", "Hi"}, {"max_tokens", 2}});
+  REQUIRE(no->status == 401);
+  REQUIRE(json::parse(no->body)["error"]["type"] == "authentication_error");
+  REQUIRE(anon.Get("/v1/models")->status == 401);
+  auto wrong = s.client("open");
+  REQUIRE(wrong.Get("/v1/models")->status == 401);
+  auto right = s.client("sesame");
+  REQUIRE(right.Get("/v1/models")->status == 200);
+  REQUIRE(test::post_json(right, "/v1/completions", {{"prompt", "Hi"}, {"max_tokens", 2}})->status == 200);
+}
+
+TEST_CASE("the server holds under abuse: big bodies, slow sockets, foreign hosts, pipelining", "[server][abuse]") {
+  ServerProcess s({"--request-timeout", "3"});
+  auto c = s.client();
+  REQUIRE(c.Get("/health")->status == 200);
+  const std::size_t rss_before = s.rss_kib();
+  {  // 100 MB announced and sent: 413 at once, nothing buffered
+    test::RawSocket raw(s.port());
+    raw.send("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 104857600\r\n\r\n");
+    const std::string chunk(1 << 20, 'a');
+    for (int i = 0; i < 100 && raw.send(chunk); ++i) {
+    }
+    const std::string answer = raw.read(std::chrono::seconds(5), "}");
+    REQUIRE_THAT(answer, Catch::StartsWith("HTTP/1.1 413"));
+    REQUIRE_THAT(answer, Catch::Contains("\"code\":413"));
+  }
+  REQUIRE(s.rss_kib() < rss_before + 32 * 1024);
+  {  // 50 sockets sending a byte a second: /health answers within a second meanwhile
+    std::vector<std::unique_ptr<test::RawSocket>> slow;
+    for (int i = 0; i < 50; ++i) {
+      slow.push_back(std::make_unique<test::RawSocket>(s.port()));
+      slow.back()->send("P");
+    }
+    for (int second = 0; second < 4; ++second) {
+      for (auto& sock : slow) sock->send("O");
+      const auto t0 = std::chrono::steady_clock::now();
+      const auto h = c.Get("/health");
+      REQUIRE(h);
+      REQUIRE(h->status == 200);
+      REQUIRE(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1));
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+    // The request deadline (3 s here) has closed them.
+    REQUIRE(slow.front()->read(std::chrono::seconds(2)).find("POST") == std::string::npos);
+  }
+  {  // Another site's name in Host (DNS rebinding) is refused on a loopback bind
+    test::RawSocket raw(s.port());
+    raw.send("GET /v1/models HTTP/1.1\r\nHost: evil.example:8080\r\n\r\n");
+    const std::string answer = raw.read(std::chrono::seconds(5), "}}");
+    REQUIRE_THAT(answer, Catch::StartsWith("HTTP/1.1 403"));
+  }
+  {  // Three requests in one write: three answers, in order
+    test::RawSocket raw(s.port());
+    const std::string tok_body = R"({"content": "Once upon a time"})";
+    raw.send("GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n"
+             "POST /tokenize HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: " +
+             std::to_string(tok_body.size()) + "\r\n\r\n" + tok_body +
+             "GET /v1/models/nope HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    const std::string all = raw.read(std::chrono::seconds(5));
+    const auto a = all.find("HTTP/1.1 200"), b = all.find("[403,407,261,378]"), d = all.find("HTTP/1.1 404");
+    REQUIRE(a != std::string::npos);
+    REQUIRE(b != std::string::npos);
+    REQUIRE(d != std::string::npos);
+    REQUIRE(a < b);
+    REQUIRE(b < d);
+  }
+  REQUIRE(c.Get("/health")->status == 200);
+}
+
+TEST_CASE("SIGTERM mid-stream ends the stream with its final event and [DONE]", "[server][abuse]") {
+  ServerProcess s({"--window", "60", "--shutdown-timeout", "1"});
+  std::string body;
+  std::atomic<bool> started = false;
+  std::thread client([&] {
+    auto c = s.client();
+    const json req = {{"prompt", "Once"}, {"max_tokens", 1 << 20}, {"ignore_eos", true}, {"stream", true}};
+    test::post_streaming(c, "/v1/completions", req.dump(), [&](const char* d, std::size_t n) {
+      body.append(d, n);
+      started = true;
+      return true;
+    });
+  });
+  while (!started) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(s.stop() == 0);
+  client.join();
+  REQUIRE(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+  const auto ev = test::read_events(body, false);
+  REQUIRE(ev.done);
+  REQUIRE(ev.chunks.back()["choices"][0]["finish_reason"] == "cancelled");
 }

@@ -2,12 +2,20 @@
 // from stdin when stdin is not a terminal (so scripts and tests can drive it).
 // Each answer streams as it is generated; each turn prefills only its own
 // tokens. Commands: /reset, /stats, /quit.
+//
+// On a terminal the line is edited with libedit (arrows, history); ctrl-C
+// during an answer stops it and returns to the prompt with the conversation
+// kept (the cut answer is part of it), ctrl-C at the prompt or ctrl-D exits.
 #include <CLI/CLI.hpp>
+#include <editline/readline.h>
+#include <signal.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/example_support.hpp"
@@ -29,6 +37,69 @@ struct Options {
   int threads = 0;
   int max_tokens = 256;
 };
+
+// ctrl-C during an answer sets `interrupted`, which its callback reads; at
+// the prompt it ends the program (from the handler: a ctrl-C that comes
+// before libedit blocks in read() would otherwise be lost), leaving the
+// terminal in the mode the user had.
+volatile sig_atomic_t interrupted = 0, at_prompt = 0;
+termios user_mode{};
+
+void on_interrupt(int) {
+  if (at_prompt) {
+    ::tcsetattr(STDIN_FILENO, TCSANOW, &user_mode);  // async-signal-safe, as are write and _exit
+    const char nl = '\n';
+    [[maybe_unused]] const auto n = ::write(STDOUT_FILENO, &nl, 1);
+    ::_exit(0);
+  }
+  interrupted = 1;
+}
+
+// While the chat runs, the terminal keeps the output a ctrl-C interrupts
+// (NOFLSH): by default it discards what the program wrote and the screen has
+// not yet shown, and the user would not see the last words of a cut answer
+// that stay in the conversation. SA_RESTART: a ctrl-C must not cut the
+// write of the piece being shown (at the prompt the handler exits anyway).
+class TerminalForChat {
+ public:
+  TerminalForChat() {
+    ::tcgetattr(STDIN_FILENO, &user_mode);
+    termios chat_mode = user_mode;
+    chat_mode.c_lflag |= NOFLSH;
+    ::tcsetattr(STDIN_FILENO, TCSANOW, &chat_mode);
+    struct sigaction sa {};
+    sa.sa_handler = on_interrupt;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, nullptr);
+  }
+  ~TerminalForChat() { ::tcsetattr(STDIN_FILENO, TCSANOW, &user_mode); }
+  TerminalForChat(const TerminalForChat&) = delete;
+  TerminalForChat& operator=(const TerminalForChat&) = delete;
+};
+
+// The next line: from libedit on a terminal, else from stdin. nullopt at
+// the end (ctrl-D, end of input, ctrl-C at the prompt).
+std::optional<std::string> next_line(bool terminal) {
+  if (!terminal) {
+    std::string line;
+    if (!std::getline(std::cin, line)) return std::nullopt;
+    std::printf("> %s\n", line.c_str());
+    return line;
+  }
+  std::fflush(stdout);
+  at_prompt = 1;
+  char* raw = readline("> ");
+  at_prompt = 0;
+  if (!raw) {
+    std::printf("\n");  // ctrl-D: the shell's prompt on a line of its own
+    return std::nullopt;
+  }
+  std::string line(raw);
+  std::free(raw);
+  if (!line.empty()) add_history(line.c_str());
+  return line;
+}
 
 // "\rloading model  45%" on stderr, for things that take a while.
 void progress(const char* what, std::size_t done, std::size_t total) {
@@ -80,14 +151,12 @@ int run(const Options& o) {
 
   std::fprintf(stderr, "chat with %s (%s), %s; /reset, /stats, /quit\n", o.model.c_str(),
                Config::shape().to_string().c_str(), chat.cache().describe().c_str());
-  std::string line;
+  std::optional<TerminalForChat> chat_terminal;
+  if (terminal) chat_terminal.emplace();
   while (true) {
-    if (terminal) {
-      std::printf("> ");
-      std::fflush(stdout);
-    }
-    if (!std::getline(std::cin, line)) break;
-    if (!terminal) std::printf("> %s\n", line.c_str());
+    const auto next = next_line(terminal);
+    if (!next) break;
+    const std::string& line = *next;
     if (line == "/quit") break;
     if (line == "/reset") {
       chat.reset();
@@ -100,12 +169,13 @@ int run(const Options& o) {
     }
     if (line.empty()) continue;
     try {
-      chat.ask(line, gen, [](std::string_view piece) {
+      interrupted = 0;
+      const auto stats = chat.ask(line, gen, [](std::string_view piece) {
         std::fwrite(piece.data(), 1, piece.size(), stdout);
         std::fflush(stdout);
-        return true;
+        return !interrupted;  // ctrl-C: the answer ends here, the conversation goes on
       });
-      std::printf("\n\n");
+      std::printf(stats.stop == streamllm::StopReason::Cancelled ? " [stopped]\n\n" : "\n\n");
     } catch (const streamllm::Error& e) {
       std::printf("\n");
       std::fprintf(stderr, "error: %s\n", e.what());

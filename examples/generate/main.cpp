@@ -23,13 +23,18 @@ struct Options {
   float repetition_penalty = 1.0f;
   std::uint64_t seed = 0;
   int threads = 0;
+  int sinks = 4;
+  int window = 0;  // > 0: a sink+window cache, generation without end in fixed memory
+  bool ignore_eos = false;
 };
 
 template <class Config>
 int run(const Options& o) {
   const auto tok = streamllm::Tokenizer::load(o.tokenizer);
   auto model = streamllm::load_llama<Config>(o.model);
-  auto cache = std::make_unique<streamllm::KVCache<Config>>();
+  std::unique_ptr<streamllm::KVCacheBase<Config>> cache;
+  if (o.window > 0) cache = std::make_unique<streamllm::DynamicSinkWindowKVCache<Config>>(o.sinks, o.window);
+  else cache = std::make_unique<streamllm::KVCache<Config>>();
 
   streamllm::GenerationOptions opt;
   opt.max_new_tokens = o.tokens;
@@ -39,9 +44,11 @@ int run(const Options& o) {
   opt.sampling.top_k = o.top_k;
   opt.sampling.repetition_penalty = o.repetition_penalty;
   opt.sampling.seed = o.seed;
+  opt.stop_at_eos = !o.ignore_eos;
 
-  std::fprintf(stderr, "model %s (%s), tokenizer %s, %d threads, kernels %s + %s (BF16 prefill in %s tiles)\n", o.model.c_str(),
-               Config::shape().to_string().c_str(), o.tokenizer.c_str(), omp_get_max_threads(),
+  std::fprintf(stderr, "model %s (%s), tokenizer %s, %s, %d threads, kernels %s + %s (BF16 prefill in %s tiles)\n",
+               o.model.c_str(), Config::shape().to_string().c_str(), o.tokenizer.c_str(), cache->describe().c_str(),
+               omp_get_max_threads(),
                streamllm::kernels::simd_arch_name(), streamllm::kernels::to_string(streamllm::kernels::active_isa()),
                streamllm::kernels::bf16_tiles() ? "bf16" : "f32");
   const auto res = streamllm::generate(model, tok, *cache, std::string_view(o.prompt), opt,
@@ -68,14 +75,21 @@ int main(int argc, char** argv) {
   app.add_option("-m,--model", o.model, "model file (llama2.c .bin or GGUF)")->capture_default_str();
   app.add_option("-z,--tokenizer", o.tokenizer, "SentencePiece .model or GGUF (default: the GGUF model's own; for .bin, from the data folder by vocabulary size)");
   app.add_option("-i,--prompt", o.prompt, "prompt text")->capture_default_str();
-  app.add_option("-n,--tokens", o.tokens, "tokens to generate at most")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("-n,--tokens", o.tokens, "tokens to generate at most (-1: no limit, with --window)")->capture_default_str()->check(CLI::Range(-1, 1 << 30));
   app.add_option("-t,--temperature", o.temperature, "0 = greedy")->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("-p,--top-p", o.top_p, "nucleus sampling mass")->capture_default_str()->check(CLI::Range(0.0f, 1.0f));
   app.add_option("-k,--top-k", o.top_k, "keep the k most likely tokens, 0 = all")->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("-r,--repetition-penalty", o.repetition_penalty, "CTRL repetition penalty, 1 = off")->capture_default_str();
   app.add_option("-s,--seed", o.seed, "random seed")->capture_default_str();
   app.add_option("-j,--threads", o.threads, "OpenMP threads, 0 = all cores")->capture_default_str();
+  app.add_option("--sinks", o.sinks, "attention sinks of a sink+window cache")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--window", o.window, "window of a sink+window cache (StreamingLLM: fixed memory, no end); 0: dense")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_flag("--ignore-eos", o.ignore_eos, "go on past the end-of-sequence token");
   CLI11_PARSE(app, argc, argv);
+  if (o.tokens < 0 && o.window == 0) {
+    std::fprintf(stderr, "generate: -n -1 (no limit) needs a sink+window cache (--window W): a dense cache fills up\n");
+    return 1;
+  }
 
   try {
     if (o.model.empty()) throw streamllm::Error("no --model given and no data folder found (set STREAMLLM_DATA_DIR)");

@@ -303,7 +303,7 @@ class BatchScheduler {
     if (s->req.cache) {
       s->cache = std::move(s->req.cache);
       s->known = s->cache->size() == 0;
-    } else if (const auto [source, shared] = best_running_prefix(*s);
+    } else if (const auto [source, shared] = pool_.enabled() ? best_running_prefix(*s) : std::pair<const Seq*, std::size_t>{};
                source && shared >= kMinShared && shared >= pool_.match(s->req.prompt, s->req.cache_shape) + kMinShared) {
       s->phase = Phase::Waiting;
       s->source = source->id;
