@@ -64,6 +64,9 @@ class BatchScheduler {
     std::size_t max_waiting = 64;   // sequences queued behind them; more are refused
     std::size_t step_tokens = 256;  // tokens per forward: decodes first, then prefill chunks
     typename CachePool<Config>::Options pool;  // kept caches (its fingerprint is the model's)
+    // A sequence whose prompt starts with what a running one is prefilling
+    // waits for it and copies its cache instead of prefilling that part too.
+    bool share_prefixes = true;
   };
 
   struct Request {
@@ -303,7 +306,7 @@ class BatchScheduler {
     if (s->req.cache) {
       s->cache = std::move(s->req.cache);
       s->known = s->cache->size() == 0;
-    } else if (const auto [source, shared] = pool_.enabled() ? best_running_prefix(*s) : std::pair<const Seq*, std::size_t>{};
+    } else if (const auto [source, shared] = opt_.share_prefixes ? best_running_prefix(*s) : std::pair<const Seq*, std::size_t>{};
                source && shared >= kMinShared && shared >= pool_.match(s->req.prompt, s->req.cache_shape) + kMinShared) {
       s->phase = Phase::Waiting;
       s->source = source->id;

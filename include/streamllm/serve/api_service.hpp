@@ -237,6 +237,7 @@ class ApiService {
     o.max_waiting = opt_.max_waiting;
     o.step_tokens = opt_.step_tokens;
     o.pool.max_bytes = opt_.cache_bytes;
+    o.share_prefixes = opt_.cache_bytes > 0;  // --cache-mib 0: no reuse of any kind (a baseline)
     o.pool.dir = opt_.cache_dir;
     o.pool.max_dir_bytes = opt_.cache_dir_bytes;
     o.pool.warn = opt_.warn;
