@@ -65,6 +65,18 @@ void converse(const ServerProcess& s, std::unique_ptr<KVCacheBase<Stories>> cach
   }
 }
 
+// One chat turn as an OpenAI client takes it: the user's message appended,
+// the whole conversation sent, the answer appended. Returns the response.
+json chat_turn(httplib::Client& c, json& messages, const std::string& user, int max_tokens = 16) {
+  messages.push_back({{"role", "user"}, {"content", user}});
+  const auto r = test::post_json(c, "/v1/chat/completions", chat_request(messages, max_tokens));
+  REQUIRE(r);
+  REQUIRE(r->status == 200);
+  auto j = json::parse(r->body);
+  messages.push_back({{"role", "assistant"}, {"content", j["choices"][0]["message"]["content"]}});
+  return j;
+}
+
 double metric(const ServerProcess& s, const std::string& name) {
   auto c = s.client();
   // A finished conversation's cache joins the pool a step after its answer.
@@ -152,15 +164,7 @@ TEST_CASE("interleaved conversations and an edited message: reuse up to the dive
   KnownAnswers known;
   GenerationOptions opt;
   opt.max_new_tokens = 16;
-  auto turn = [&](json& msgs, const std::string& user) {
-    msgs.push_back({{"role", "user"}, {"content", user}});
-    const auto r = test::post_json(c, "/v1/chat/completions", chat_request(msgs, 16));
-    REQUIRE(r);
-    REQUIRE(r->status == 200);
-    const auto j = json::parse(r->body);
-    msgs.push_back({{"role", "assistant"}, {"content", j["choices"][0]["message"]["content"]}});
-    return j;
-  };
+  auto turn = [&](json& msgs, const std::string& user) { return chat_turn(c, msgs, user); };
   for (int i = 0; i < 3; ++i) {
     const auto ja = turn(a, kTurns[i]);
     lib.ask(kTurns[i], opt, nullptr);
@@ -200,12 +204,7 @@ TEST_CASE("a server restarted on the same --cache-dir continues a conversation a
   json messages = json::array();
   auto ask = [&](ServerProcess& s, const std::string& user) {
     auto c = s.client();
-    messages.push_back({{"role", "user"}, {"content", user}});
-    const auto r = test::post_json(c, "/v1/chat/completions", chat_request(messages, 16));
-    REQUIRE(r);
-    REQUIRE(r->status == 200);
-    const auto j = json::parse(r->body);
-    messages.push_back({{"role", "assistant"}, {"content", j["choices"][0]["message"]["content"]}});
+    const auto j = chat_turn(c, messages, user);
     // Everything before this turn was cached: only its own tokens were prefilled.
     const std::size_t own = Llama2ChatTemplate::encode_user_turn(tok(), user, "").size();
     REQUIRE(j["timings"]["prompt_n"] == own);

@@ -379,11 +379,9 @@ class ApiService {
   // them, else dense with room for the prompt, the answer and its closing EOS,
   // rounded up to a power of two (at least 256 positions, at most MaxSeq).
   // A conversation then goes on in the same cache for several turns: a
-  // cache without room for the next turn is copied into a larger one, which
-  // costs a pass over its memory (a 1000-token TinyLlama history: 45 MB
-  // copied, 50 MB faulted in, 0.14 s), so that happens about once per
-  // doubling rather than every turn; the memory given is at most twice what
-  // is used.
+  // cache without room for the next turn must be copied into a larger one,
+  // a pass over all its memory, which now happens once per doubling rather
+  // than every turn, for at most twice the memory used.
   CacheShape cache_shape(std::size_t prompt, int max_tokens) const {
     if (opt_.window > 0) return {opt_.sinks, opt_.window, 0};
     const auto need = static_cast<std::uint64_t>(prompt) + static_cast<std::uint64_t>(std::max(max_tokens, 0)) + 2;
