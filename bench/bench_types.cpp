@@ -1,6 +1,7 @@
 // TinyLlama-1.1B shape, random weights (std 0.02) in each weight type, written
-// through our GGUF writer: prefill (pp128, pp512) and decode (tg128 from an
-// empty cache, and 32 tokens at depth 1024), 1 and 2 threads.
+// through our GGUF writer: prefill (pp128, pp512), a chat turn's prefill
+// (8-72 tokens after 256) and decode (tg128 from an empty cache, and 32
+// tokens at depth 1024), 1 and 2 threads.
 //
 // Counters: tok/s; decode GB/s = bytes of the weight matrices x tok/s;
 // prefill GFLOP/s = 2 x (layer matmul parameters x tokens + the classifier
@@ -61,6 +62,30 @@ void prefill(benchmark::State& state, const std::string& type) {
   bench::report_compute(state, "GFLOP/s", flops, prefill_unit(type), static_cast<int>(state.range(0)));
 }
 
+// args: threads, depth, tokens: a chat turn's prefill, `tokens` new ones
+// after `depth` in the cache (filled once, not timed, and cut back to
+// `depth` before each run). A turn is a few tokens to a few tens: what
+// the tiles waste on padding and what reading the weights costs show here,
+// not in pp128.
+void turn(benchmark::State& state, const std::string& type) {
+  auto& m = model(type);
+  bench::set_threads(state);
+  const auto depth = static_cast<std::size_t>(state.range(1)), n = static_cast<std::size_t>(state.range(2));
+  const auto ids = tokens(depth + n);
+  auto cache = std::make_unique<KVCache<Tiny>>();
+  m.prefill({ids.data(), depth}, *cache);
+  for (auto _ : state) {
+    cache->truncate(static_cast<std::int64_t>(depth));
+    const auto t0 = Clock::now();
+    benchmark::DoNotOptimize(m.prefill({ids.data() + depth, n}, *cache).data());
+    state.SetIterationTime(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  const double tok = static_cast<double>(n * state.iterations());
+  state.counters["tok/s"] = benchmark::Counter(tok, benchmark::Counter::kIsRate);
+  const double flops = 2 * static_cast<double>(state.iterations()) * bench::prefill_matmul_params<Tiny>(static_cast<double>(n));
+  bench::report_compute(state, "GFLOP/s", flops, prefill_unit(type), static_cast<int>(state.range(0)));
+}
+
 // args: threads, depth, steps. The cache is refilled to `depth` (not timed)
 // before each timed run of `steps` decode steps.
 void decode(benchmark::State& state, const std::string& type) {
@@ -89,6 +114,12 @@ void register_all() {
     benchmark::RegisterBenchmark(("Decode/" + type).c_str(), [type](benchmark::State& s) { decode(s, type); })
         ->Args({1, 0, 128})->Args({2, 0, 128})->Args({1, 1024, 32})->Args({2, 1024, 32})
         ->ArgNames({"threads", "depth", "steps"})->Unit(benchmark::kMillisecond)->UseManualTime()->Iterations(1);
+  }
+  for (const char* t : {"f16", "q8_0", "q4_0", "q4_k_m"}) {
+    const std::string type = t;
+    benchmark::RegisterBenchmark(("Turn/" + type).c_str(), [type](benchmark::State& s) { turn(s, type); })
+        ->ArgsProduct({{2}, {256}, {8, 16, 24, 40, 72}})->ArgNames({"threads", "depth", "tokens"})->Unit(benchmark::kMillisecond)
+        ->UseManualTime()->Iterations(4);
   }
 }
 

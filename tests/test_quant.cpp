@@ -114,11 +114,12 @@ struct ForceBf16Tiles {
 TEST_CASE("typed matrix kernels equal the exact product, on both paths and every token count", "[quant][kernels]") {
   // rows odd (partial row groups and tiles, four decode streams of 9 rows and
   // one row left over), k with an odd number of 32-blocks where the type allows
-  // it (the int8 kernels' tail), and for F16/BF16 (blocks of 1) a k that ends
-  // in a partial vector.
+  // it (the int8 kernels' tail), past 2048 (two slices of the f32 tiles, the
+  // second carrying on the first's sums), and for F16/BF16 (blocks of 1) a k
+  // that ends in a partial vector.
   for (DType t : kTypes) {
     const std::int64_t block = traits(t).block_elems == 256 ? 256 : 32;
-    std::vector<std::int64_t> col_counts = {block * 3, 1024 + (block == 32 ? 96 : 256)};
+    std::vector<std::int64_t> col_counts = {block * 3, 1024 + (block == 32 ? 96 : 256), 2048 + (block == 32 ? 96 : 256)};
     if (traits(t).block_elems == 1) col_counts.push_back(1024 + 43);
     for (std::int64_t cols : col_counts) {
       const std::int64_t rows = 37;

@@ -31,12 +31,14 @@ struct GemmF32 {
   using Weight = float;  // weight blocks
   static constexpr std::size_t kTok = 2 * kLanes;           // tokens per micro-tile
   static constexpr std::size_t kRows = kLanes >= 16 ? 12 : 6;
-  // A weight block of kMc x kKc floats (192 KB) stays in L2 (1 MB); the
-  // token slice the kernel streams against it (kKc x kTok, 64 KB on
-  // AVX-512) comes from L2 in order. Long slices halve the partial sums'
-  // loads and stores against 256 x 192 blocks: F16 prefill 80-85 vs 68-80
-  // tok/s (TinyLlama, 512 tokens, one thread, alternating runs).
-  static constexpr std::size_t kKc = 512;
+  // Slices of 2048 columns: TinyLlama's rows of 2048 whole, so a block of
+  // rows is one run of memory, which the prefetchers follow as one stream;
+  // against slices of 512 (48 streams, one per row), Q8_0 through these
+  // tiles on an AVX2 Zen 3, 2 threads, a chat turn of 8-40 tokens took
+  // 10-15% less time and pp256 the same (docs/performance.md). The weight
+  // block (kMc x kKc floats, 384 KB) stays in L2 on the CPUs that take
+  // these tiles (AVX2 and portable builds; AVX-512 has its own).
+  static constexpr std::size_t kKc = 2048;
   static constexpr std::size_t kMc = 8 * kRows;
 
   // Packed elements per group of tokens, and where column k0 starts in it.
@@ -57,37 +59,42 @@ struct GemmF32 {
       for (std::size_t t = valid; t < kTok; ++t) dst[kk * kTok + t] = 0.f;
   }
 
-  // c[i][0..kTok) (+)= sum_kk w[i][kk] * xp[kk][0..kTok) for MR rows.
-  template <std::size_t MR>
+  // c[i][0..kTok) (+)= sum_kk w[i][kk] * xp[kk][0..kTok) for MR rows; with
+  // Half, the first half of the tokens only (the rest are padding).
+  template <std::size_t MR, bool Half>
   static void micro(const float* w, std::size_t ldw, const float* xp, std::size_t kc, float* c, std::size_t ldc,
                     bool accumulate) {
     Batch acc0[MR], acc1[MR];
 #pragma GCC unroll 16
     for (std::size_t i = 0; i < MR; ++i) {
       acc0[i] = accumulate ? load(c + i * ldc) : Batch(0.f);
-      acc1[i] = accumulate ? load(c + i * ldc + kLanes) : Batch(0.f);
+      if constexpr (!Half) acc1[i] = accumulate ? load(c + i * ldc + kLanes) : Batch(0.f);
     }
     for (std::size_t kk = 0; kk < kc; ++kk) {
       const Batch x0 = Batch::load_aligned(xp + kk * kTok);
-      const Batch x1 = Batch::load_aligned(xp + kk * kTok + kLanes);
+      Batch x1 = x0;
+      if constexpr (!Half) x1 = Batch::load_aligned(xp + kk * kTok + kLanes);
 #pragma GCC unroll 16
       for (std::size_t i = 0; i < MR; ++i) {
         const Batch wb(w[i * ldw + kk]);
         acc0[i] = xsimd::fma(wb, x0, acc0[i]);
-        acc1[i] = xsimd::fma(wb, x1, acc1[i]);
+        if constexpr (!Half) acc1[i] = xsimd::fma(wb, x1, acc1[i]);
       }
     }
 #pragma GCC unroll 16
     for (std::size_t i = 0; i < MR; ++i) {
       store(c + i * ldc, acc0[i]);
-      store(c + i * ldc + kLanes, acc1[i]);
+      if constexpr (!Half) store(c + i * ldc + kLanes, acc1[i]);
     }
   }
 
   template <std::size_t... MR>
   static void micro_rows(std::size_t rows, const float* w, std::size_t ldw, const float* xp, std::size_t kc,
-                         float* c, std::size_t ldc, bool accumulate, std::index_sequence<MR...>) {
-    ((rows == MR + 1 ? micro<MR + 1>(w, ldw, xp, kc, c, ldc, accumulate) : void()), ...);
+                         float* c, std::size_t ldc, bool accumulate, bool half, std::index_sequence<MR...>) {
+    if (half)
+      ((rows == MR + 1 ? micro<MR + 1, true>(w, ldw, xp, kc, c, ldc, accumulate) : void()), ...);
+    else
+      ((rows == MR + 1 ? micro<MR + 1, false>(w, ldw, xp, kc, c, ldc, accumulate) : void()), ...);
   }
 
   // yt [rows][ld] (tokens along rows) -> y [n][ldy].
@@ -134,6 +141,15 @@ struct TokenMajorOut {
 template <class K>
 concept StoresTokenMajor = requires(std::size_t n, const typename K::Weight* w, const typename K::Packed* xp, float* c) {
   K::micro_rows(n, w, n, xp, n, c, n, false, TokenMajorOut{}, std::make_index_sequence<K::kRows>{});
+};
+
+// A policy whose micro-kernel can leave out the second half of a group's
+// tokens: a group that is half padding (the last of a prompt, or a short
+// one) costs half the arithmetic. A chat turn ends on a part group more
+// often than not.
+template <class K>
+concept SkipsHalfGroups = requires(std::size_t n, const typename K::Weight* w, const typename K::Packed* xp, float* c) {
+  K::micro_rows(n, w, n, xp, n, c, n, false, false, std::make_index_sequence<K::kRows>{});
 };
 
 // x [n][ldx] (k columns) packed in groups of K::kTok tokens for Kernel's
@@ -186,6 +202,9 @@ inline void gemm_packed(const Source& src, std::size_t m, std::size_t k, const t
                 const bool last = kb + kc == k;
                 const TokenMajorOut out{last ? y + g * K::kTok * ldy + mb + rt : nullptr, ldy, std::min(K::kTok, n - g * K::kTok)};
                 K::micro_rows(mr, wp + rt * ldw, ldw, xg, kc, ct, ld, kb > 0, out, std::make_index_sequence<K::kRows>{});
+              } else if constexpr (SkipsHalfGroups<K>) {
+                const bool half = n - g * K::kTok <= K::kTok / 2;
+                K::micro_rows(mr, wp + rt * ldw, ldw, xg, kc, ct, ld, kb > 0, half, std::make_index_sequence<K::kRows>{});
               } else {
                 K::micro_rows(mr, wp + rt * ldw, ldw, xg, kc, ct, ld, kb > 0, std::make_index_sequence<K::kRows>{});
               }

@@ -42,6 +42,7 @@
 
 #include "streamllm/error.hpp"
 #include "streamllm/kernels/activations_q8.hpp"
+#include "streamllm/kernels/prefetch_rows.hpp"
 #include "streamllm/kernels/transpose.hpp"
 #include "streamllm/memory.hpp"
 #include "streamllm/quant/blocks.hpp"
@@ -69,10 +70,11 @@ STREAMLLM_AVX2 inline T load_scalar(const std::byte* p) {
   return v;
 }
 
-// MR rows x 16 tokens: c[i][0..16) (+)= row i's products with the tokens.
+// MR rows x 16 tokens: c[i][0..16) (+)= row i's products with the tokens
+// (with Half, tokens 0-7 only: the rest are padding).
 // Offset: what the unsigned quants hold above the signed ones (Q4_0 8, Q6_K
 // 32, Q4_K none), taken back as Offset x the tokens' block (or half) sums.
-template <class Format, std::size_t Run, int Offset, std::size_t MR>
+template <class Format, std::size_t Run, int Offset, std::size_t MR, bool Half>
 STREAMLLM_AVX2 inline void gemm_int8_micro(const std::byte* w, std::size_t ldw, const std::uint8_t* xp, std::size_t kc, float* c,
                                            std::size_t ldc, bool accumulate) {
   constexpr std::size_t kSplit = Format::kSplit, kQuads = 8 / kSplit;
@@ -82,7 +84,7 @@ STREAMLLM_AVX2 inline void gemm_int8_micro(const std::byte* w, std::size_t ldw, 
   __m256 acc0[MR], acc1[MR];
   for (std::size_t i = 0; i < MR; ++i) {
     acc0[i] = accumulate ? _mm256_loadu_ps(c + i * ldc) : _mm256_setzero_ps();
-    acc1[i] = accumulate ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_setzero_ps();
+    acc1[i] = accumulate && !Half ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_setzero_ps();
   }
   for (std::size_t b = 0; b < nb; ++b) {
     const std::uint8_t* xb = xp + b * kInt8BlockBytes;
@@ -114,25 +116,25 @@ STREAMLLM_AVX2 inline void gemm_int8_micro(const std::byte* w, std::size_t ldw, 
             const __m256i wb = _mm256_set1_epi32(load_scalar<std::int32_t>(wi + 32 * b + 4 * j));
             const auto* xq = reinterpret_cast<const __m256i*>(xb + 64 * j);
             t0 = _mm256_add_epi16(t0, _mm256_maddubs_epi16(wb, _mm256_load_si256(xq)));
-            t1 = _mm256_add_epi16(t1, _mm256_maddubs_epi16(wb, _mm256_load_si256(xq + 1)));
+            if constexpr (!Half) t1 = _mm256_add_epi16(t1, _mm256_maddubs_epi16(wb, _mm256_load_si256(xq + 1)));
           }
           s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(t0, ones));
-          s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(t1, ones));
+          if constexpr (!Half) s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(t1, ones));
         }
         const __m256 dw = _mm256_set1_ps(load_scalar<float>(wi + Format::scales_at(kc) + 4 * s));
         acc0[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(dw, dx0), acc0[i]);
-        acc1[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(dw, dx1), acc1[i]);
+        if constexpr (!Half) acc1[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(dw, dx1), acc1[i]);
       }
       if constexpr (Format::kMins) {
         const __m256 mw = _mm256_set1_ps(load_scalar<float>(wi + Format::mins_at(kc) + 4 * b));
         acc0[i] = _mm256_fmadd_ps(mw, _mm256_load_ps(dx + kInt8Tok), acc0[i]);
-        acc1[i] = _mm256_fmadd_ps(mw, _mm256_load_ps(dx + kInt8Tok + 8), acc1[i]);
+        if constexpr (!Half) acc1[i] = _mm256_fmadd_ps(mw, _mm256_load_ps(dx + kInt8Tok + 8), acc1[i]);
       }
     }
   }
   for (std::size_t i = 0; i < MR; ++i) {
     _mm256_storeu_ps(c + i * ldc, acc0[i]);
-    _mm256_storeu_ps(c + i * ldc + 8, acc1[i]);
+    if constexpr (!Half) _mm256_storeu_ps(c + i * ldc + 8, acc1[i]);
   }
 }
 
@@ -230,6 +232,7 @@ struct Int8Rows {
       auto* q = reinterpret_cast<std::int8_t*>(o);
       std::byte* scales = o + Format::scales_at(kc);
       const std::byte* src = w->row(static_cast<std::int64_t>(r0 + i)) + row_bytes(type, static_cast<std::int64_t>(k0));
+      prefetch_next_slice(*w, r0 + i, rows, k0 + kc, kc);
       std::byte* mins = o + Format::mins_at(kc);
       switch (type) {
         case DType::Q4_0: unpack_unsigned_blocks<Q4_0Row>(src, nb, q, scales, mins); continue;
@@ -285,8 +288,11 @@ struct GemmInt8 {
   }
   template <std::size_t... MR>
   static void micro_rows(std::size_t rows, const std::byte* w, std::size_t ldw, const std::uint8_t* xp, std::size_t kc, float* c,
-                         std::size_t ldc, bool accumulate, std::index_sequence<MR...>) {
-    ((rows == MR + 1 ? gemm_int8_micro<Format, Run, Offset, MR + 1>(w, ldw, xp, kc, c, ldc, accumulate) : void()), ...);
+                         std::size_t ldc, bool accumulate, bool half, std::index_sequence<MR...>) {
+    if (half)
+      ((rows == MR + 1 ? gemm_int8_micro<Format, Run, Offset, MR + 1, true>(w, ldw, xp, kc, c, ldc, accumulate) : void()), ...);
+    else
+      ((rows == MR + 1 ? gemm_int8_micro<Format, Run, Offset, MR + 1, false>(w, ldw, xp, kc, c, ldc, accumulate) : void()), ...);
   }
   // yt [rows][ld] (tokens along rows) -> y [n][ldy].
   static void unpack(const float* yt, std::size_t ld, std::size_t rows, std::size_t n, float* y, std::size_t ldy) {

@@ -20,10 +20,10 @@
 // decode of F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and the K-quants takes
 // the AVX2 kernels (the same conversions and int8 activations, vpmaddubsw
 // for the integer dot products), and prefill of all of these but F16, BF16
-// and Q8_0 the AVX2 int8 tiles
-// (gemm_int8_avx2.hpp); everything else (or everything, forced to
-// Isa::Portable) takes the xsimd paths: f32 FMA over dequantised rows, and
-// f32 tiles.
+// and Q8_0 the AVX2 int8 tiles (gemm_int8_avx2.hpp); those three take the
+// f32 tiles, their rows converted by the AVX2 converters (x86_avx2.hpp).
+// Everything else (or everything, forced to Isa::Portable) takes the xsimd
+// paths: f32 FMA over dequantised rows, and f32 tiles.
 #pragma once
 
 #include <Eigen/Core>
@@ -43,6 +43,7 @@
 #include "streamllm/kernels/gemv_f32.hpp"
 #include "streamllm/kernels/gemv_typed.hpp"
 #include "streamllm/kernels/gemv_unsigned_blocks.hpp"
+#include "streamllm/kernels/prefetch_rows.hpp"
 #include "streamllm/kernels/threading.hpp"
 #include "streamllm/kernels/x86_avx2.hpp"
 #include "streamllm/kernels/x86_avx512.hpp"
@@ -290,17 +291,21 @@ inline void gemv(const TensorView& w, const float* x, std::size_t n, std::size_t
 }
 
 // Rows of any type converted a block at a time to f32 (the f32 tiles), by
-// the AVX-512 converters where there is one.
+// the vector converters of `isa` where there is one.
 struct DequantRowsF32 {
   const TensorView* w;
-  bool avx512;
+  Isa isa;
   std::pair<const float*, std::size_t> block(std::size_t r0, std::size_t rows, std::size_t k0, std::size_t kc,
                                              AlignedVector<float>& scratch) const {
     float* out = grow(scratch, rows * kc);
     for (std::size_t i = 0; i < rows; ++i) {
       const std::byte* src = w->row(static_cast<std::int64_t>(r0 + i)) + row_bytes(w->type, static_cast<std::int64_t>(k0));
+      prefetch_next_slice(*w, r0 + i, rows, k0 + kc, kc);
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
-      if (avx512 && avx512::dequantize_row_f32(w->type, src, kc, out + i * kc)) continue;
+      if (isa == Isa::Avx512Bf16Vnni && avx512::dequantize_row_f32(w->type, src, kc, out + i * kc)) continue;
+#endif
+#ifdef STREAMLLM_HAVE_AVX2_KERNELS
+      if (isa == Isa::Avx2 && avx2::dequantize_row_f32(w->type, src, kc, out + i * kc)) continue;
 #endif
       quant::dequantize_row(w->type, src, static_cast<std::int64_t>(kc), out + i * kc);
     }
@@ -351,7 +356,7 @@ inline void gemm_typed(const TensorView& w, const float* x, std::size_t n, std::
     return gemm<avx512::GemmF32Transposed>(F32RowSource{reinterpret_cast<const float*>(w.data), k}, m, k, x, ldx, n, y, ldy);
   const bool int8_tiles = has_int8_tiles(w.type);
   if (isa == Isa::Avx512Bf16Vnni && !int8_tiles && (w.type == DType::F16 || !bf16_tiles()))
-    return gemm<avx512::GemmF32Transposed>(DequantRowsF32{&w, true}, m, k, x, ldx, n, y, ldy);
+    return gemm<avx512::GemmF32Transposed>(DequantRowsF32{&w, isa}, m, k, x, ldx, n, y, ldy);
 #endif
   if (w.type == DType::F32) return gemm<GemmF32>(F32RowSource{reinterpret_cast<const float*>(w.data), k}, m, k, x, ldx, n, y, ldy);
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
@@ -366,7 +371,7 @@ inline void gemm_typed(const TensorView& w, const float* x, std::size_t n, std::
   if (isa == Isa::Avx2 && avx2::has_int8_tiles(w.type))
     return gemm_int8_packed_avx2(w, pack_tokens<Avx2Int8Tokens>(x, ldx, n, k), n, y, ldy);
 #endif
-  gemm<GemmF32>(DequantRowsF32{&w, false}, m, k, x, ldx, n, y, ldy);
+  gemm<GemmF32>(DequantRowsF32{&w, isa}, m, k, x, ldx, n, y, ldy);
 }
 
 inline void matmul_f32(const float* w, std::size_t m, std::size_t k, const float* x, std::size_t ldx, std::size_t n,
