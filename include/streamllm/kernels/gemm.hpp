@@ -33,11 +33,13 @@ struct GemmF32 {
   static constexpr std::size_t kRows = kLanes >= 16 ? 12 : 6;
   // Slices of 2048 columns: TinyLlama's rows of 2048 whole, so a block of
   // rows is one run of memory, which the prefetchers follow as one stream;
-  // against slices of 512 (48 streams, one per row), Q8_0 through these
-  // tiles on an AVX2 Zen 3, 2 threads, a chat turn of 8-40 tokens took
-  // 10-15% less time and pp256 the same (docs/performance.md). The weight
-  // block (kMc x kKc floats, 384 KB) stays in L2 on the CPUs that take
-  // these tiles (AVX2 and portable builds; AVX-512 has its own).
+  // against slices of 512 (48 streams, one per row), a prefill of 8-38
+  // tokens of TinyLlama Q8_0 through these tiles took 10-15% less time on an
+  // AVX2 Zen 3 (2 threads, alternating builds, a probe of Llama::prefill)
+  // and 256 tokens the same; bench_types Turn/ in docs/performance.md gives
+  // this with the other changes of that day. The weight block (kMc x kKc
+  // floats, 384 KB) stays in L2 on the CPUs that take these tiles (AVX2 and
+  // portable builds; AVX-512 has its own).
   static constexpr std::size_t kKc = 2048;
   static constexpr std::size_t kMc = 8 * kRows;
 
