@@ -3,9 +3,10 @@
 // of the next block wait for memory after this block's arithmetic is done.
 // While one block is converted, each of its rows asks for what the driver
 // reads next from that row: the next kc columns, or after the last of them
-// the row a block further down. With a few tokens (a chat turn) that wait
-// was a third of the time: TinyLlama Q8_0 through the AVX2 f32 tiles, see
-// docs/performance.md.
+// the row a block further down. With a few tokens (a chat turn) the
+// arithmetic is short and that wait is not: a profile of a 16-token
+// TinyLlama Q8_0 prefill on an AVX2 Zen 3 found a third of the time in the
+// conversion's first loads (docs/performance.md has the turn's times).
 #pragma once
 
 #include <cstddef>
