@@ -68,16 +68,17 @@ struct BF16Row {
 // false for the others. The weights are converted once per prefill call,
 // whatever its token count: through the scalar loops that was a sixth of a
 // 16-token chat turn's prefill (TinyLlama Q8_0, 2 threads, Zen 3).
+template <class Row>
+STREAMLLM_AVX2 inline void widen_row(const std::byte* src, std::size_t cols, float* dst) {
+  std::size_t i = 0;
+  for (; i + 8 <= cols; i += 8) _mm256_storeu_ps(dst + i, Row::load(src, i));
+  for (; i < cols; ++i) dst[i] = Row::scalar(src, i);
+}
+
 STREAMLLM_AVX2 inline bool dequantize_row_f32(DType t, const std::byte* src, std::size_t cols, float* dst) {
   switch (t) {
-    case DType::F16:
-    case DType::BF16: {
-      std::size_t i = 0;
-      for (; i + 8 <= cols; i += 8)
-        _mm256_storeu_ps(dst + i, t == DType::F16 ? F16Row::load(src, i) : BF16Row::load(src, i));
-      for (; i < cols; ++i) dst[i] = t == DType::F16 ? F16Row::scalar(src, i) : BF16Row::scalar(src, i);
-      return true;
-    }
+    case DType::F16: widen_row<F16Row>(src, cols, dst); return true;
+    case DType::BF16: widen_row<BF16Row>(src, cols, dst); return true;
     case DType::Q8_0: {
       const auto* blk = reinterpret_cast<const quant::BlockQ8_0*>(src);
       for (std::size_t b = 0; b < cols / 32; ++b) {
