@@ -8,7 +8,8 @@
 // this process, on a loopback port. STREAMLLM_BENCH_PEER=host:port runs the
 // same turns against another OpenAI-compatible server already listening
 // there (llama.cpp's llama-server on the file this benchmark writes, whose
-// path it prints), so that both are measured in one run.
+// path it prints): chat_turns_peer holds the same conversation with ours
+// and then with it, so that both meet the host in the same minute.
 #include "bench_support.hpp"  // before httplib: its <resolv.h> breaks Eigen
 
 #include <httplib.h>
@@ -20,6 +21,7 @@
 #include <iterator>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <thread>
 
@@ -175,38 +177,64 @@ std::optional<std::pair<std::string, int>> peer() {
 // Ten turns whose history reaches about `history` tokens at the last: each
 // turn a user message of 30% of its share and an answer of the rest (less
 // the template's tags), the answer generated, so with reuse only the user
-// message and its tags are new to the server on the next turn.
-void run_turns(benchmark::State& state, httplib::Client& client) {
+// message and its tags are new to the server on the next turn. With two
+// servers, the same conversation on each, one right after the other (the
+// host's speed drifts by tens of percent within minutes), a second apart so
+// that neither's work after its last answer (our closing step, its threads'
+// spinning) falls into the other's turns; counters of the second are
+// prefixed "peer_".
+void run_turns(benchmark::State& state, std::span<httplib::Client* const> clients) {
   const auto history = static_cast<std::size_t>(state.range(0));
   const std::size_t share = history / kTurns, user = std::max<std::size_t>(8, share * 3 / 10);
   const int answer = static_cast<int>(share - user - 10);
-  client.set_read_timeout(600, 0);
-  Words words;
-  std::vector<double> ttft;
-  std::int64_t prefilled_last = -1;
-  double server_prefill_last = -1;
+  const std::size_t servers = clients.size();
+  for (httplib::Client* c : clients) c->set_read_timeout(600, 0);
+  std::vector<std::vector<double>> ttft(servers);
+  std::vector<Answer> last(servers);
+  static int conversations = 0;
   for (auto _ : state) {
     // A system prompt of this conversation's own: nothing of an earlier
-    // one (another history size) is a prefix of it but the template's start.
-    json messages = json::array({{{"role", "system"},
-                                  {"content", std::to_string(history) + " tokens of history: you are a storyteller who answers briefly."}}});
-    ttft.clear();
+    // one (another history size, or a repetition) is a prefix of it but the
+    // template's start.
+    const json system = {{"role", "system"},
+                         {"content", std::to_string(history) + " tokens of history, conversation " +
+                                         std::to_string(++conversations) + ": you are a storyteller who answers briefly."}};
+    std::vector<json> messages(servers, json::array({system}));
+    Words words;
     double total = 0;
-    for (int t = 0; t < kTurns; ++t) {
-      messages.push_back({{"role", "user"}, {"content", words.take(user)}});
-      const Answer a = ask(client, messages, answer);
-      messages.push_back({{"role", "assistant"}, {"content", a.text}});
-      ttft.push_back(a.ttft_s);
-      total += a.ttft_s;
-      prefilled_last = a.prefilled;
-      server_prefill_last = a.server_prefill_ms;
+    std::vector<std::string> questions;
+    for (int t = 0; t < kTurns; ++t) questions.push_back(words.take(user));
+    for (std::size_t s = 0; s < servers; ++s) {
+      if (s > 0) std::this_thread::sleep_for(std::chrono::seconds(1));
+      ttft[s].clear();
+      for (const std::string& question : questions) {
+        messages[s].push_back({{"role", "user"}, {"content", question}});
+        last[s] = ask(*clients[s], messages[s], answer);
+        messages[s].push_back({{"role", "assistant"}, {"content", last[s].text}});
+        ttft[s].push_back(last[s].ttft_s);
+      }
     }
+    for (double t : ttft[0]) total += t;
     state.SetIterationTime(total);
   }
-  for (int t = 0; t < kTurns; ++t) state.counters["t" + std::to_string(t + 1) + "_ms"] = 1e3 * ttft[static_cast<std::size_t>(t)];
-  state.counters["t10/t1"] = ttft.back() / ttft.front();
-  state.counters["t10_prefilled"] = static_cast<double>(prefilled_last);
-  state.counters["t10_server_prefill_ms"] = server_prefill_last;
+  int faster = 0;
+  for (std::size_t s = 0; s < servers; ++s) {
+    const std::string prefix = s == 0 ? "" : "peer_";
+    for (int t = 0; t < kTurns; ++t)
+      state.counters[prefix + "t" + std::to_string(t + 1) + "_ms"] = 1e3 * ttft[s][static_cast<std::size_t>(t)];
+    state.counters[prefix + "t10/t1"] = ttft[s].back() / ttft[s].front();
+    state.counters[prefix + "t10_prefilled"] = static_cast<double>(last[s].prefilled);
+    state.counters[prefix + "t10_server_prefill_ms"] = last[s].server_prefill_ms;
+  }
+  if (servers == 2) {
+    for (int t = 0; t < kTurns; ++t) faster += ttft[0][static_cast<std::size_t>(t)] <= ttft[1][static_cast<std::size_t>(t)];
+    state.counters["turns_not_slower"] = faster;
+  }
+}
+
+OurServer& reusing_server() {
+  static OurServer srv(true, 8);
+  return srv;
 }
 
 // args: history tokens at turn 10, prefix reuse (0/1). With reuse, one
@@ -215,20 +243,15 @@ void run_turns(benchmark::State& state, httplib::Client& client) {
 void chat_turns(benchmark::State& state) {
   omp_set_num_threads(2);
   model();  // first: statics end in reverse, the server before the model it serves
-  static std::optional<OurServer> reusing;
   std::optional<OurServer> fresh;
-  OurServer* srv = nullptr;
-  if (state.range(1) != 0) {
-    if (!reusing) reusing.emplace(true, 8);
-    srv = &*reusing;
-  } else {
-    srv = &fresh.emplace(false, 8);
-  }
-  httplib::Client client("127.0.0.1", srv->port());
-  run_turns(state, client);
+  OurServer& srv = state.range(1) != 0 ? reusing_server() : fresh.emplace(false, 8);
+  httplib::Client client("127.0.0.1", srv.port());
+  httplib::Client* const clients[] = {&client};
+  run_turns(state, clients);
 }
 
-// args: history tokens at turn 10; the server named by STREAMLLM_BENCH_PEER
+// args: history tokens at turn 10. Ours with reuse, then the server named
+// by STREAMLLM_BENCH_PEER, the same conversation on each.
 void chat_turns_peer(benchmark::State& state) {
   model_path();  // written (and its path printed) for the peer to load
   const auto p = peer();
@@ -238,8 +261,11 @@ void chat_turns_peer(benchmark::State& state) {
     }
     return;
   }
-  httplib::Client client(p->first, p->second);
-  run_turns(state, client);
+  omp_set_num_threads(2);
+  model();
+  httplib::Client ours("127.0.0.1", reusing_server().port()), theirs(p->first, p->second);
+  httplib::Client* const clients[] = {&ours, &theirs};
+  run_turns(state, clients);
 }
 
 // args: sharing (0/1). 16 clients at once, each a 500-token system prompt

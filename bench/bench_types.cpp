@@ -118,7 +118,7 @@ void register_all() {
   for (const char* t : {"f16", "q8_0", "q4_0", "q4_k_m"}) {
     const std::string type = t;
     benchmark::RegisterBenchmark(("Turn/" + type).c_str(), [type](benchmark::State& s) { turn(s, type); })
-        ->ArgsProduct({{2}, {256}, {8, 16, 24, 40, 72}})->ArgNames({"threads", "depth", "tokens"})->Unit(benchmark::kMillisecond)
+        ->ArgsProduct({{2}, {256}, {8, 12, 16, 18, 24, 40, 72}})->ArgNames({"threads", "depth", "tokens"})->Unit(benchmark::kMillisecond)
         ->UseManualTime()->Iterations(4);
   }
 }

@@ -125,7 +125,7 @@ TEST_CASE("typed matrix kernels equal the exact product, on both paths and every
       const std::int64_t rows = 37;
       const Matrix m(t, normal(static_cast<std::size_t>(rows * cols), 4, 0.05f), rows, cols);
       // kTokensPerPass + 44 tokens: two passes of the tiles, the second partial.
-      const std::size_t counts[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 33, 70, k::kTokensPerPass + 44};
+      const std::size_t counts[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 16, 17, 20, 23, 33, 70, k::kTokensPerPass + 44};
       for (std::size_t n : counts) {
         const std::size_t ldx = static_cast<std::size_t>(cols) + 5, ldy = static_cast<std::size_t>(rows) + 3;
         const auto x = normal(n * ldx, 5);
@@ -152,22 +152,27 @@ TEST_CASE("typed matrix kernels equal the exact product, on both paths and every
           const ForceBf16Tiles forced(path.bf16_tiles);
           std::vector<float> got(n * ldy, 0.0f);
           k::matmul(m.view, x.data(), n, ldx, got.data(), ldy, isa);
+          // Tokens up to the limit go to the gemv, and past it the tiles
+          // take all but a short rest (gemv_tail), which goes to the gemv.
           const std::size_t limit = k::gemv_token_limit(m.view, isa);
+          const std::size_t gemv_from = n <= limit ? 0 : n - k::gemv_tail(m.view, n, isa);
           const bool int8_type = k::is_int8_blocks(t);
           const bool kquant = is_kquant(t);
-          const bool int8_acts = (int8_type && (n <= limit || isa == k::Isa::Avx512Bf16Vnni))  // int8 gemv or int8 tiles
-                                 || (kquant && isa == k::Isa::Avx512Bf16Vnni)                   // the K-quants' VNNI gemv and tiles
-                                 || ((kquant || t == DType::Q4_0) && isa == k::Isa::Avx2)       // AVX2 gemv and int8 tiles
-                                 || (is_unsigned_blocks(t) && isa != k::Isa::Portable);  // their int8 gemv and tiles
-          const bool bf16_tiles = n > limit && isa == k::Isa::Avx512Bf16Vnni && path.bf16_tiles && t == DType::BF16;
-          const float rel = int8_acts ? 0x1p-6f : bf16_tiles ? 0x1p-7f : 1e-5f;
-          for (std::size_t j = 0; j < n; ++j)
+          for (std::size_t j = 0; j < n; ++j) {
+            const bool on_gemv = j >= gemv_from;
+            const bool int8_acts = (int8_type && (on_gemv || isa == k::Isa::Avx512Bf16Vnni))  // int8 gemv or int8 tiles
+                                   || (kquant && isa == k::Isa::Avx512Bf16Vnni)              // the K-quants' VNNI gemv and tiles
+                                   || ((kquant || t == DType::Q4_0) && isa == k::Isa::Avx2)  // AVX2 gemv and int8 tiles
+                                   || (is_unsigned_blocks(t) && isa != k::Isa::Portable);    // their int8 gemv and tiles
+            const bool bf16_tiles = !on_gemv && isa == k::Isa::Avx512Bf16Vnni && path.bf16_tiles && t == DType::BF16;
+            const float rel = int8_acts ? 0x1p-6f : bf16_tiles ? 0x1p-7f : 1e-5f;
             for (std::int64_t r = 0; r < rows; ++r) {
               const std::size_t i = j * ldy + static_cast<std::size_t>(r);
               INFO(dtype_name(t) << " cols " << cols << " n " << n << " isa " << k::to_string(isa) << (path.bf16_tiles ? " (bf16 tiles)" : "")
                                  << " row " << r << " token " << j);
               REQUIRE(std::abs(got[i] - want[i]) <= rel * bound[i] + 1e-6f);
             }
+          }
         }
       }
     }
@@ -247,9 +252,9 @@ TEST_CASE("the VNNI and AVX2 int8 kernels of Q8_0 / Q4_0 equal their portable tw
       const std::int64_t rows = 9;
       const auto weights = normal(static_cast<std::size_t>(rows * cols), 6, 0.05f);
       const Matrix fast_m(t, weights, rows, cols), m(quant::base_type(t), weights, rows, cols);
-      // Every path: one token, the batched gemv (up to 16), the int8 tiles
-      // (beyond), with partial tiles of tokens.
-      for (std::size_t n : {1, 2, 3, 4, 5, 8, 9, 16, 17, 31, 32, 33, 70}) {
+      // Every path: one token, the batched gemv (up to its limit), the int8 tiles
+      // (beyond, with a short rest on the gemv), with partial tiles of tokens.
+      for (std::size_t n : {1, 2, 3, 4, 5, 8, 9, 12, 16, 17, 31, 32, 33, 70}) {
         if (isa == k::Isa::Avx2 && t == DType::Q8_0 && n > k::gemv_token_limit(m.view, isa)) break;
         const auto x = normal(n * static_cast<std::size_t>(cols), 7);
         std::vector<float> fast(n * static_cast<std::size_t>(rows)), twin(fast.size());
@@ -294,8 +299,10 @@ void require_int8_kernels_equal_twin(const TensorView& w, bool extreme, Twin&& t
   const auto rows = static_cast<std::size_t>(w.rows), cols = static_cast<std::size_t>(w.cols);
   for (const k::Isa isa : {k::Isa::Avx512Bf16Vnni, k::Isa::Avx2}) {
     if (!can_run(isa)) continue;
-    REQUIRE(k::gemv_token_limit(w, isa) < 5);
-    for (std::size_t n : {1, 2, 3, 4, 5, 17, 32, 33, 70}) {
+    // Past the gemv's limit (passes of 4 up to it), a rest after whole
+    // groups that goes to the gemv (17, 20) and one that the tiles pad (21).
+    REQUIRE(k::gemv_token_limit(w, isa) < 17);
+    for (std::size_t n : {1, 2, 3, 4, 5, 8, 17, 20, 21, 32, 33, 70}) {
       const auto x = extreme ? std::vector<float>(n * cols, 1.0f) : normal(n * cols, 7);
       std::vector<float> fast(n * rows), twin(fast.size());
       k::matmul(w, x.data(), n, cols, fast.data(), rows, isa);

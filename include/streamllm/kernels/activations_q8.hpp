@@ -42,8 +42,11 @@ struct QuantizedActivations {
     const QuantizedActivations* a;
     std::size_t t0;
     std::size_t blocks;
+    std::size_t cols() const { return a->cols; }
     const std::int8_t* q_row(std::size_t r) const { return a->q_row(t0 + r); }
     const float* d_row(std::size_t r) const { return a->d_row(t0 + r); }
+    const std::int32_t* sum_row(std::size_t r) const { return a->sum_row(t0 + r); }
+    const float* dsum_row(std::size_t r) const { return a->dsum_row(t0 + r); }
     const float* d_lanes_row(std::size_t r) const { return a->d_lanes_row(t0 + r); }
     const std::int32_t* sum_lanes_row(std::size_t r) const { return a->sum_lanes_row(t0 + r); }
     // Group G of this slice's first row; the next rows follow (512 and 16 apart).

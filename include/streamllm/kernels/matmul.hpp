@@ -22,6 +22,10 @@
 // for the integer dot products), and prefill of all of these but F16, BF16
 // and Q8_0 the AVX2 int8 tiles (gemm_int8_avx2.hpp); those three take the
 // f32 tiles, their rows converted by the AVX2 converters (x86_avx2.hpp).
+// There the matrix-vector kernels take more tokens than elsewhere (up to 8
+// for the types on the int8 tiles, 12 for F16, BF16 and Q8_0, in passes of
+// 4) and a rest of up to 4 tokens past whole groups of the tiles
+// (gemv_tail).
 // Everything else (or everything, forced to Isa::Portable) takes the xsimd
 // paths: f32 FMA over dequantised rows, and f32 tiles.
 #pragma once
@@ -75,7 +79,42 @@ constexpr bool is_int8_blocks(DType t) {
 // offsets (gemm_int8.hpp).
 constexpr bool has_int8_tiles(DType t) { return is_int8_blocks(t) || is_kquant(t) || is_unsigned_blocks(t); }
 
+// On AVX2 the tiles work in groups of 16 tokens and a group costs much of
+// its price however few of its tokens are real (the f32 tiles convert every
+// weight of the group's rows; both read them), while the matrix-vector
+// kernels, in passes of kMaxGemvTokens over rows still in L2, cost one read
+// of the weights plus a little per token. So up to a limit the tokens go to
+// those kernels whole, and past whole groups a rest of up to a quarter group
+// goes to them too (TinyLlama, 2 threads, bench_types Turn/<type> on a Zen 3
+// EPYC: the limits are where the two cost the same).
+inline constexpr std::size_t kMaxAvx2FloatTileGemvTokens = 12;
+inline constexpr std::size_t kMaxAvx2Int8TileGemvTokens = 8;
+
+// AVX2 weight types whose matrix-vector kernel takes any number of tokens
+// (in passes) and whose prefill takes the f32 tiles.
+constexpr bool avx2_gemv_before_f32_tiles(DType t) { return t == DType::Q8_0 || t == DType::F16 || t == DType::BF16; }
+
+// Of n tokens (more than gemv_token_limit), how many at the end go to the
+// matrix-vector kernels instead of a group of the tiles of their own.
+inline std::size_t gemv_tail(const TensorView& w, std::size_t n, Isa isa) {
+  if (isa != Isa::Avx2) return 0;
+  std::size_t group = 0;
+#ifdef STREAMLLM_HAVE_AVX2_KERNELS
+  if (avx2::has_int8_tiles(w.type)) group = avx2::kInt8Tok;
+#endif
+  if (avx2_gemv_before_f32_tiles(w.type)) group = GemmF32::kTok;
+  if (group == 0) return 0;
+  const std::size_t rest = n % group;
+  return rest <= group / 4 ? rest : 0;
+}
+
 inline std::size_t gemv_token_limit(const TensorView& w, Isa isa) {
+  if (isa == Isa::Avx2) {
+#ifdef STREAMLLM_HAVE_AVX2_KERNELS
+    if (avx2::has_int8_tiles(w.type)) return kMaxAvx2Int8TileGemvTokens;
+#endif
+    if (avx2_gemv_before_f32_tiles(w.type)) return kMaxAvx2FloatTileGemvTokens;
+  }
   if (isa != Isa::Avx512Bf16Vnni) return kMaxGemvTokens;
   switch (w.type) {
     case DType::F32:
@@ -105,18 +144,6 @@ inline std::size_t gemv_chunk_rows(std::size_t row_bytes, std::size_t rows, std:
   return std::max<std::size_t>(4, (rows + chunks - 1) / chunks);
 }
 
-inline void gemv_f32(const float* w, std::size_t m, std::size_t k, const float* x, std::size_t ldx,
-                     std::size_t n, float* y, std::size_t ldy) {
-  parallel_chunks(m, gemv_chunk_rows(k * sizeof(float), m, n), m * k * n, [&](std::size_t r0, std::size_t r1) {
-    switch (n) {
-      case 1: gemv_f32_rows<1>(w, k, k, x, ldx, y, ldy, r0, r1); break;
-      case 2: gemv_f32_rows<2>(w, k, k, x, ldx, y, ldy, r0, r1); break;
-      case 3: gemv_f32_rows<3>(w, k, k, x, ldx, y, ldy, r0, r1); break;
-      default: gemv_f32_rows<4>(w, k, k, x, ldx, y, ldy, r0, r1); break;
-    }
-  });
-}
-
 // Calls f.template operator()<NT>() for NT = n (1..kMaxGemvTokens).
 template <class F>
 inline void with_token_count(std::size_t n, F&& f) {
@@ -126,6 +153,24 @@ inline void with_token_count(std::size_t n, F&& f) {
     case 3: f.template operator()<3>(); break;
     default: f.template operator()<4>(); break;
   }
+}
+
+// Any n tokens in passes of up to kMaxGemvTokens: f.template
+// operator()<NT>(t0) for tokens [t0, t0 + NT). A caller makes its passes
+// over one chunk of rows, which the first pass leaves in L2.
+template <class F>
+inline void in_token_passes(std::size_t n, F&& f) {
+  for (std::size_t t0 = 0; t0 < n; t0 += kMaxGemvTokens)
+    with_token_count(std::min(kMaxGemvTokens, n - t0), [&]<int NT>() { f.template operator()<NT>(t0); });
+}
+
+inline void gemv_f32(const float* w, std::size_t m, std::size_t k, const float* x, std::size_t ldx,
+                     std::size_t n, float* y, std::size_t ldy) {
+  parallel_chunks(m, gemv_chunk_rows(k * sizeof(float), m, n), m * k * n, [&](std::size_t r0, std::size_t r1) {
+    in_token_passes(n, [&]<int NT>(std::size_t t0) {
+      gemv_f32_rows<NT>(w, k, k, x + t0 * ldx, ldx, y + t0 * ldy, ldy, r0, r1);
+    });
+  });
 }
 
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
@@ -209,14 +254,16 @@ inline const QuantizedActivations* decode_activations(DType t, Isa isa, const fl
 [[gnu::noinline]] inline void avx2_int8_chunk(const TensorView& w, std::size_t r0, std::size_t r1, const QuantizedActivations& xa,
                                               std::size_t n, float* y, std::size_t ldy) {
   const auto stride = static_cast<std::size_t>(w.row_stride);
-  with_token_count(n, [&]<int NT>() {
-    if (is_kquant(w.type)) return avx2::gemv_kquant_rows<NT>(w.type, r0, r1, w.data, stride, xa, y, ldy);
+  in_token_passes(n, [&]<int NT>(std::size_t t0) {
+    const QuantizedActivations::Slice xs = xa.slice(t0);
+    float* yt = y + t0 * ldy;
+    if (is_kquant(w.type)) return avx2::gemv_kquant_rows<NT>(w.type, r0, r1, w.data, stride, xs, yt, ldy);
     switch (w.type) {
-      case DType::Q8_0: return avx2::gemv_int8_rows<avx2::Q8_0Row, NT>(r0, r1, w.data, stride, xa, y, ldy);
-      case DType::Q5_0: return avx2::gemv_int8_rows<avx2::Q5_0Row, NT>(r0, r1, w.data, stride, xa, y, ldy);
-      case DType::Q4_1: return avx2::gemv_int8_rows<avx2::Q4_1Row, NT>(r0, r1, w.data, stride, xa, y, ldy);
-      case DType::Q5_1: return avx2::gemv_int8_rows<avx2::Q5_1Row, NT>(r0, r1, w.data, stride, xa, y, ldy);
-      default: return avx2::gemv_int8_rows<avx2::Q4_0Row, NT>(r0, r1, w.data, stride, xa, y, ldy);
+      case DType::Q8_0: return avx2::gemv_int8_rows<avx2::Q8_0Row, NT>(r0, r1, w.data, stride, xs, yt, ldy);
+      case DType::Q5_0: return avx2::gemv_int8_rows<avx2::Q5_0Row, NT>(r0, r1, w.data, stride, xs, yt, ldy);
+      case DType::Q4_1: return avx2::gemv_int8_rows<avx2::Q4_1Row, NT>(r0, r1, w.data, stride, xs, yt, ldy);
+      case DType::Q5_1: return avx2::gemv_int8_rows<avx2::Q5_1Row, NT>(r0, r1, w.data, stride, xs, yt, ldy);
+      default: return avx2::gemv_int8_rows<avx2::Q4_0Row, NT>(r0, r1, w.data, stride, xs, yt, ldy);
     }
   });
 }
@@ -279,11 +326,11 @@ inline void gemv(const TensorView& w, const float* x, std::size_t n, std::size_t
 #ifdef STREAMLLM_HAVE_AVX2_KERNELS
   if (isa == Isa::Avx2 && (w.type == DType::F16 || w.type == DType::BF16))
     return parallel_chunks(m, chunk, work, [&](std::size_t r0, std::size_t r1) {
-      with_token_count(n, [&]<int NT>() {
+      in_token_passes(n, [&]<int NT>(std::size_t t0) {
         if (w.type == DType::F16)
-          avx2::gemv_widen_rows<avx2::F16Row, NT>(r0, r1, w.data, stride, k, x, ldx, y, ldy);
+          avx2::gemv_widen_rows<avx2::F16Row, NT>(r0, r1, w.data, stride, k, x + t0 * ldx, ldx, y + t0 * ldy, ldy);
         else
-          avx2::gemv_widen_rows<avx2::BF16Row, NT>(r0, r1, w.data, stride, k, x, ldx, y, ldy);
+          avx2::gemv_widen_rows<avx2::BF16Row, NT>(r0, r1, w.data, stride, k, x + t0 * ldx, ldx, y + t0 * ldy, ldy);
       });
     });
 #endif
@@ -387,9 +434,10 @@ inline void matmul(const TensorView& w, const float* x, std::size_t n, std::size
                    Isa isa = active_isa()) {
   if (n == 0) return;
   if (n <= gemv_token_limit(w, isa))
-    gemv(w, x, n, ldx, y, ldy, isa);
-  else
-    gemm_typed(w, x, n, ldx, y, ldy, isa);
+    return gemv(w, x, n, ldx, y, ldy, isa);
+  const std::size_t tail = gemv_tail(w, n, isa), tiled = n - tail;
+  gemm_typed(w, x, tiled, ldx, y, ldy, isa);
+  if (tail) gemv(w, x + tiled * ldx, tail, ldx, y + tiled * ldy, ldy, isa);
 }
 
 // One product of matmul_shared: y[n][ldy] = x W^T.
@@ -454,8 +502,14 @@ inline void matmul_shared(std::span<const MatmulTarget> targets, const float* x,
     return avx2::has_int8_tiles(t.w->type) && static_cast<std::size_t>(t.w->cols) == k && n > gemv_token_limit(*t.w, isa);
   });
   if (avx2_tiles) {
-    const std::uint8_t* xp = pack_tokens<Avx2Int8Tokens>(x, ldx, n, k);
-    for (const MatmulTarget& t : targets) gemm_int8_packed_avx2(*t.w, xp, n, t.y, t.ldy);
+    const std::size_t tail = gemv_tail(*targets[0].w, n, isa), tiled = n - tail;
+    const std::uint8_t* xp = pack_tokens<Avx2Int8Tokens>(x, ldx, tiled, k);
+    for (const MatmulTarget& t : targets) gemm_int8_packed_avx2(*t.w, xp, tiled, t.y, t.ldy);
+    if (tail) {
+      std::vector<MatmulTarget> rest(targets.begin(), targets.end());
+      for (MatmulTarget& t : rest) t.y += tiled * t.ldy;
+      matmul_shared(rest, x + tiled * ldx, tail, ldx, isa);
+    }
     return;
   }
 #endif

@@ -239,7 +239,7 @@ struct Q5_1Row {
 // Block b of a row against NT tokens, added to acc; the offsets (kOffset,
 // kMin) in scalars, added to extra.
 template <class Row, int NT>
-STREAMLLM_AVX2 inline void int8_block(const typename Row::Block& blk, const QuantizedActivations& xa, std::size_t b,
+STREAMLLM_AVX2 inline void int8_block(const typename Row::Block& blk, const QuantizedActivations::Slice& xa, std::size_t b,
                                       __m256 (&acc)[NT], float (&extra)[NT]) {
   const __m256i q = Row::quants(blk);
   const __m256i q_abs = Row::kSigned ? _mm256_sign_epi8(q, q) : q;
@@ -275,7 +275,7 @@ STREAMLLM_AVX2 inline __m256 halves8(const Block* blk, std::uint16_t Block::*fie
 // (STREAMLLM_BENCH_ISA=avx2), one thread, three alternating runs:
 // 12.0-14.6 -> 14.3-18.6 GB/s; Q8_0, nearer the memory's speed, level.
 template <class Row, int NT>
-STREAMLLM_AVX2 inline void int8_blocks8(const typename Row::Block* blk, const QuantizedActivations& xa, std::size_t b,
+STREAMLLM_AVX2 inline void int8_blocks8(const typename Row::Block* blk, const QuantizedActivations::Slice& xa, std::size_t b,
                                         __m256 (&acc)[NT]) {
   using Block = typename Row::Block;
   const __m256i ones = _mm256_set1_epi16(1);
@@ -304,7 +304,7 @@ STREAMLLM_AVX2 inline void int8_blocks8(const typename Row::Block* blk, const Qu
 // Rows [r0, r1) against NT tokens: eight blocks at a time, the rest one by one.
 template <class Row, int NT>
 STREAMLLM_AVX2 inline void gemv_int8_rows(std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
-                                          const QuantizedActivations& xa, float* y, std::size_t ldy) {
+                                          const QuantizedActivations::Slice& xa, float* y, std::size_t ldy) {
   using Block = typename Row::Block;
   const std::size_t nb = xa.blocks;
   for (std::size_t r = r0; r < r1; ++r) {
@@ -382,7 +382,7 @@ STREAMLLM_AVX2 inline __m256i kquant_dot(__m256i q_abs, __m256i q_signs, const s
 
 // Super-block sb of a Q4_K or Q5_K row against NT tokens.
 template <int NT, class Block>
-STREAMLLM_AVX2 inline void q4k_super_block(const Block& b, const QuantizedActivations& xa, std::size_t sb, __m256 (&acc)[NT]) {
+STREAMLLM_AVX2 inline void q4k_super_block(const Block& b, const QuantizedActivations::Slice& xa, std::size_t sb, __m256 (&acc)[NT]) {
   const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d)), dmin = _mm256_set1_ps(_cvtsh_ss(b.dmin));
   __m256i q[8], scales16[8];
   if constexpr (std::is_same_v<Block, quant::BlockQ4K>)
@@ -410,7 +410,7 @@ STREAMLLM_AVX2 inline void q4k_super_block(const Block& b, const QuantizedActiva
 
 // Super-block sb of a Q6_K row against NT tokens.
 template <int NT>
-STREAMLLM_AVX2 inline void q6k_super_block(const quant::BlockQ6K& b, const QuantizedActivations& xa, std::size_t sb,
+STREAMLLM_AVX2 inline void q6k_super_block(const quant::BlockQ6K& b, const QuantizedActivations::Slice& xa, std::size_t sb,
                                            __m256 (&acc)[NT]) {
   const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
   const __m256i off = _mm256_set1_epi8(32);
@@ -443,8 +443,8 @@ STREAMLLM_AVX2 inline void q6k_super_block(const quant::BlockQ6K& b, const Quant
 // Rows [r0, r1) of a Q4_K, Q5_K or Q6_K matrix against NT tokens.
 template <int NT>
 STREAMLLM_AVX2 inline void gemv_kquant_rows(DType type, std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
-                                            const QuantizedActivations& xa, float* y, std::size_t ldy) {
-  const std::size_t super_blocks = xa.cols / 256;
+                                            const QuantizedActivations::Slice& xa, float* y, std::size_t ldy) {
+  const std::size_t super_blocks = xa.cols() / 256;
   for (std::size_t r = r0; r < r1; ++r) {
     __m256 acc[NT];
     for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
