@@ -505,8 +505,9 @@ inline void matmul_shared(std::span<const MatmulTarget> targets, const float* x,
     const std::size_t tail = gemv_tail(*targets[0].w, n, isa), tiled = n - tail;
     const std::uint8_t* xp = pack_tokens<Avx2Int8Tokens>(x, ldx, tiled, k);
     for (const MatmulTarget& t : targets) gemm_int8_packed_avx2(*t.w, xp, tiled, t.y, t.ldy);
-    if (tail) {
-      std::vector<MatmulTarget> rest(targets.begin(), targets.end());
+    if (tail) {  // the same targets from token `tiled` on (few enough for the gemv: no recursion here)
+      static thread_local std::vector<MatmulTarget> rest;
+      rest.assign(targets.begin(), targets.end());
       for (MatmulTarget& t : rest) t.y += tiled * t.ldy;
       matmul_shared(rest, x + tiled * ldx, tail, ldx, isa);
     }
