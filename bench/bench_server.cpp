@@ -111,8 +111,8 @@ class OurServer {
 
  private:
   Llama<Tiny> llama_;
-  std::optional<serve::ApiService<Tiny>> service_;
-  std::optional<server::HttpServer<serve::ApiService<Tiny>>> http_;
+  std::optional<serve::ApiService> service_;
+  std::optional<server::HttpServer<serve::ApiService>> http_;
   int port_ = 0;
   std::thread thread_;
 };

@@ -52,6 +52,15 @@ class ScratchDir {
   std::filesystem::path path_;
 };
 
+// One scratch folder for the process's test files, removed at exit.
+inline const std::filesystem::path& scratch() {
+  static const ScratchDir dir("streamllm-tests");
+  return dir.path();
+}
+
+// Golden tolerance for f32 weights and an f32 cache (golden/README.md).
+inline constexpr float kGoldenTolerance = 1e-3f;
+
 struct Golden {
   std::string name, mode, prompt, text;
   int sinks = 0, window = 0, steps = 0;
@@ -139,4 +148,21 @@ inline const streamllm::Tokenizer& stories_tokenizer() {
   static const streamllm::Tokenizer t(model_path("tok512.model"));
   return t;
 }
+// The short names the test files use for them.
+inline streamllm::Llama<Stories>& model() { return stories_model(); }
+inline const streamllm::Tokenizer& tok() { return stories_tokenizer(); }
+
+// Greedy decoding of n tokens; the goldens run all n, a chat answer stops at EOS.
+inline streamllm::GenerationOptions greedy(int n, bool stop_at_eos = false) {
+  streamllm::GenerationOptions o;
+  o.max_new_tokens = n;
+  o.stop_at_eos = stop_at_eos;
+  return o;
+}
+
+// The user turns of the multi-turn chat tests (library, scheduler and server).
+inline constexpr const char* kTurns[] = {"Tell me a story about a cat.", "What did the cat do next?", "Was the dog happy?",
+                                         "Where did they go?",           "And then?",                 "Who did they meet?",
+                                         "Was it sunny?",                "What did Lily say?",        "How did it end?",
+                                         "Tell me another one."};
 }  // namespace test

@@ -15,15 +15,11 @@
 
 using namespace streamllm;
 using test::Stories;
+using test::scratch;
 
 namespace {
 
 // A scratch folder of this process, for the files these tests corrupt.
-const std::filesystem::path& scratch() {
-  static const test::ScratchDir dir("streamllm-bad-input");
-  return dir.path();
-}
-
 std::vector<char> read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), {}};

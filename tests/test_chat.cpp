@@ -5,16 +5,12 @@
 
 using namespace streamllm;
 using test::Stories;
+using test::model;
+using test::tok;
+using test::greedy;
 
 namespace {
 
-Llama<Stories>& model() { return test::stories_model(); }
-const Tokenizer& tok() { return test::stories_tokenizer(); }
-GenerationOptions greedy(int n) {
-  GenerationOptions o;
-  o.max_new_tokens = n;
-  return o;
-}
 std::unique_ptr<KVCacheBase<Stories>> dense() { return std::make_unique<KVCache<Stories>>(); }
 std::unique_ptr<KVCacheBase<Stories>> sink_window(int s, int w) {
   return std::make_unique<DynamicSinkWindowKVCache<Stories>>(s, w);
@@ -24,8 +20,8 @@ std::unique_ptr<KVCacheBase<Stories>> sink_window(int s, int w) {
 
 TEST_CASE("a turn is BOS + [INST] ... [/INST], with the system prompt in the first turn only", "[chat]") {
   ChatSession<Stories> chat(model(), tok(), dense(), "You tell stories.");
-  chat.ask("Tell me about a cat.", greedy(8), nullptr);
-  chat.ask("  And a dog?  ", greedy(8), nullptr);
+  chat.ask("Tell me about a cat.", greedy(8, true), nullptr);
+  chat.ask("  And a dog?  ", greedy(8, true), nullptr);
   std::vector<TokenId> first{1}, second{1};
   const auto a = tok().encode("[INST] <<SYS>>\nYou tell stories.\n<</SYS>>\n\nTell me about a cat. [/INST]", false);
   const auto b = tok().encode("[INST] And a dog? [/INST]", false);
@@ -42,7 +38,7 @@ TEST_CASE("turn 2 with KV reuse gives the logits of a fresh prefill of the whole
   for (const Case c : {Case{"dense", -1, 0}, Case{"sink+window 4+60", 4, 60}, Case{"window only 0+48", 0, 48}}) {
     auto make = [&] { return c.sinks < 0 ? dense() : sink_window(c.sinks, c.window); };
     ChatSession<Stories> chat(model(), tok(), make(), "Be kind.");
-    chat.ask("Once upon a time there was a frog.", greedy(40), nullptr);
+    chat.ask("Once upon a time there was a frog.", greedy(40, true), nullptr);
     const std::size_t before = chat.history_tokens();
     const auto reused = chat.prefill_turn("What did the frog do next?");
     const std::vector<float> got(reused.begin(), reused.end());
@@ -62,29 +58,29 @@ TEST_CASE("turn 2 with KV reuse gives the logits of a fresh prefill of the whole
 
 TEST_CASE("an empty turn, a turn too long for a dense cache, and a stop leave the session usable", "[chat][errors]") {
   ChatSession<Stories> chat(model(), tok(), dense());
-  chat.ask("Hello there.", greedy(10), nullptr);
+  chat.ask("Hello there.", greedy(10, true), nullptr);
   const auto turns = chat.turns().size();
   const auto tokens = chat.history_tokens();
 
-  REQUIRE_THROWS_AS(chat.ask("   \n", greedy(10), nullptr), InputError);
+  REQUIRE_THROWS_AS(chat.ask("   \n", greedy(10, true), nullptr), InputError);
   std::string long_turn;
   for (int i = 0; i < 200; ++i) long_turn += "The cat sat on the mat. ";
-  REQUIRE_THROWS_WITH(chat.ask(long_turn, greedy(10), nullptr),
+  REQUIRE_THROWS_WITH(chat.ask(long_turn, greedy(10, true), nullptr),
                       Catch::Contains("does not fit") && Catch::Contains("sink+window") && Catch::Contains("--window"));
   REQUIRE(chat.turns().size() == turns);
   REQUIRE(chat.history_tokens() == tokens);
 
   int pieces = 0;
-  const auto stopped = chat.ask("Tell me a story.", greedy(100), [&](std::string_view) { return ++pieces < 3; });
+  const auto stopped = chat.ask("Tell me a story.", greedy(100, true), [&](std::string_view) { return ++pieces < 3; });
   REQUIRE(stopped.stop == StopReason::Cancelled);
   REQUIRE(chat.turns().back().answer.back() == tok().eos());
   REQUIRE(chat.history_tokens() == chat.history().size());
 
-  REQUIRE_THROWS_WITH(chat.ask("Again.", greedy(100), [](std::string_view) -> bool { throw std::runtime_error("client gone"); }),
+  REQUIRE_THROWS_WITH(chat.ask("Again.", greedy(100, true), [](std::string_view) -> bool { throw std::runtime_error("client gone"); }),
                       Catch::Contains("client gone"));
   REQUIRE(chat.history_tokens() == chat.history().size());
 
-  const auto ok = chat.ask("And then?", greedy(20), nullptr);
+  const auto ok = chat.ask("And then?", greedy(20, true), nullptr);
   REQUIRE(ok.answer_tokens > 0);
   REQUIRE(chat.history_tokens() == chat.history().size());
   chat.reset();
@@ -97,7 +93,7 @@ TEST_CASE("a dense session at its end stops answering with a clear error, a sink
   bool refused = false;
   for (int i = 0; i < 60 && !refused; ++i) {
     try {
-      full.ask("Tell me more about the little bird and its friends.", greedy(64), nullptr);
+      full.ask("Tell me more about the little bird and its friends.", greedy(64, true), nullptr);
       REQUIRE(full.history_tokens() <= static_cast<std::size_t>(Stories::MaxSeq));
       REQUIRE(full.history_tokens() == full.history().size());
     } catch (const CacheFullError& e) {
@@ -108,7 +104,7 @@ TEST_CASE("a dense session at its end stops answering with a clear error, a sink
   REQUIRE(refused);
 
   ChatSession<Stories> stream(model(), tok(), sink_window(4, 60));
-  for (int i = 0; i < 30; ++i) stream.ask("Tell me more about the little bird and its friends.", greedy(64), nullptr);
+  for (int i = 0; i < 30; ++i) stream.ask("Tell me more about the little bird and its friends.", greedy(64, true), nullptr);
   REQUIRE(stream.history_tokens() > static_cast<std::size_t>(Stories::MaxSeq));
   REQUIRE(stream.cache().occupancy() == 64);
 }

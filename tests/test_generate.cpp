@@ -3,17 +3,10 @@
 
 using namespace streamllm;
 using test::Stories;
+using test::model;
+using test::tok;
+using test::greedy;
 
-namespace {
-Llama<Stories>& model() { return test::stories_model(); }
-const Tokenizer& tok() { return test::stories_tokenizer(); }
-GenerationOptions greedy(int n) {
-  GenerationOptions o;
-  o.max_new_tokens = n;
-  o.stop_at_eos = false;  // the reference runs a fixed number of steps
-  return o;
-}
-}  // namespace
 
 TEST_CASE("greedy generation streams each golden's text exactly, piece by piece", "[generate][golden]") {
   for (const auto& g : test::goldens("dense")) {

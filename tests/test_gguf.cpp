@@ -16,15 +16,11 @@
 
 using namespace streamllm;
 using test::Stories;
+using test::scratch;
 
 namespace {
 
 // Bytes of a GGUF file to break, in a scratch folder of this process.
-const std::filesystem::path& scratch() {
-  static const test::ScratchDir dir("streamllm-gguf");
-  return dir.path();
-}
-
 // Greedy ids are compared up to the first step whose golden margin (top-1
 // minus top-2) is below the tolerance: past it, a within-tolerance error may
 // rightly pick the other token.

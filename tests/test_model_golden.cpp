@@ -8,15 +8,14 @@
 
 using namespace streamllm;
 using test::Stories;
+using test::kGoldenTolerance;
+using test::model;
 
 namespace {
 
-// Golden tolerance for f32 weights and an f32 cache (golden/README.md).
-constexpr float kGoldenTolerance = 1e-3f;
 // Batched prefill and one-token decode differ only in summation order.
 constexpr float kPrefillVsDecodeTolerance = 1e-4f;
 
-Llama<Stories>& model() { return test::stories_model(); }
 
 // Feeds ids[from..steps) one token at a time after the cache already holds
 // ids[0..from); checks recorded logits and, past the prompt, that each argmax

@@ -7,10 +7,11 @@
 
 using namespace streamllm;
 using test::Stories;
+using test::model;
+using test::tok;
+using test::kTurns;
 
 namespace {
-Llama<Stories>& model() { return test::stories_model(); }
-const Tokenizer& tok() { return test::stories_tokenizer(); }
 using Role = ChatMessage::Role;
 
 std::vector<float> copy(std::span<const float> s) { return {s.begin(), s.end()}; }
@@ -54,9 +55,6 @@ BatchScheduler<Stories>::Options pooled(std::size_t mib) {
   return o;
 }
 
-const char* kTurns[] = {"Tell me a story about a cat.", "What did the cat do next?", "Was the dog happy?",
-                        "Where did they go?", "And then?", "Who did they meet?", "Was it sunny?",
-                        "What did Lily say?", "How did it end?", "Tell me another one."};
 }  // namespace
 
 TEST_CASE("a dense cache cut back or copied gives the logits of a fresh prefill", "[cache]") {

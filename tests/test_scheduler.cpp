@@ -7,11 +7,11 @@
 
 using namespace streamllm;
 using test::Stories;
+using test::model;
+using test::tok;
 
 namespace {
 
-Llama<Stories>& model() { return test::stories_model(); }
-const Tokenizer& tok() { return test::stories_tokenizer(); }
 
 std::unique_ptr<KVCacheBase<Stories>> cache_for(int sinks, int window) {
   if (window <= 0) return std::make_unique<KVCache<Stories>>();

@@ -11,12 +11,13 @@
 using namespace streamllm;
 using test::ServerProcess;
 using test::Stories;
+using test::model;
+using test::tok;
+using test::kTurns;
 using json = nlohmann::json;
 
 namespace {
 
-Llama<Stories>& model() { return test::stories_model(); }
-const Tokenizer& tok() { return test::stories_tokenizer(); }
 
 std::string library_completion(const std::string& prompt, int n) {
   KVCache<Stories> cache;
@@ -31,9 +32,6 @@ json chat_request(const json& messages, int max_tokens) {
   return {{"messages", messages}, {"max_tokens", max_tokens}, {"temperature", 0}};
 }
 
-const char* kTurns[] = {"Tell me a story about a cat.", "What did the cat do next?", "Was the dog happy?",
-                        "Where did they go?", "And then?", "Who did they meet?", "Was it sunny?",
-                        "What did Lily say?", "How did it end?", "Tell me another one."};
 
 // A conversation through /v1/chat/completions beside a ChatSession with the
 // same cache: every answer equal, each turn's cached_tokens the history

@@ -6,10 +6,11 @@
 
 using namespace streamllm;
 using test::Stories;
+using test::model;
+using test::tok;
+using test::greedy;
 
 namespace {
-Llama<Stories>& model() { return test::stories_model(); }
-const Tokenizer& tok() { return test::stories_tokenizer(); }
 
 struct Run {
   GenerationResult res;
@@ -29,12 +30,6 @@ Run run(const std::vector<TokenId>& prompt, GenerationOptions opt) {
   return r;
 }
 
-GenerationOptions greedy(int n) {
-  GenerationOptions o;
-  o.max_new_tokens = n;
-  o.stop_at_eos = false;
-  return o;
-}
 }  // namespace
 
 TEST_CASE("a stop string split over pieces is never emitted, and the text ends where it begins", "[stops]") {

@@ -10,12 +10,10 @@
 
 using namespace streamllm;
 using test::Stories;
+using test::kGoldenTolerance;
+using test::model;
 
 namespace {
-
-constexpr float kGoldenTolerance = 1e-3f;
-
-Llama<Stories>& model() { return test::stories_model(); }
 
 // Teacher-forces ids[0..steps) through the cache in chunks of `chunk`
 // tokens; checks every recorded logit and every greedy id past the prompt.

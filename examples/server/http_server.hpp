@@ -48,7 +48,7 @@ struct HttpOptions {
   std::size_t max_connections = 512;
 };
 
-// `Service` answers HttpRequests: ApiService<Config>, or anything with its handle().
+// `Service` answers HttpRequests: ApiService, or anything with its handle().
 template <class Service>
 class HttpServer {
  public:

@@ -88,8 +88,8 @@ int main(int argc, char** argv) {
           using Config = decltype(config);
           const auto tok = streamllm::Tokenizer::load(tokenizer);
           auto llama = streamllm::load_llama<Config>(model);
-          streamllm::serve::ApiService<Config> service(llama, tok, o);
-          server::HttpServer<streamllm::serve::ApiService<Config>> http(service, h);
+          streamllm::serve::ApiService service(llama, tok, o);
+          server::HttpServer<streamllm::serve::ApiService> http(service, h);
           const int port = http.bind();
           service.start();
           std::printf("listening on http://%s:%d (%s, %zu sequences per batch, %s caches, %.0f MiB kept for reuse)\n",

@@ -54,35 +54,41 @@ class ShutdownError : public InputError {
 
 using SequenceId = std::uint64_t;
 
+struct SchedulerOptions {
+  std::size_t max_active = 16;    // sequences in the batch at once
+  std::size_t max_waiting = 64;   // sequences queued behind them; more are refused
+  std::size_t step_tokens = 256;  // tokens per forward: decodes first, then prefill chunks
+  CachePoolOptions pool;          // kept caches (its fingerprint is the model's)
+  // A sequence whose prompt starts with what a running one is prefilling
+  // waits for it and copies its cache instead of prefilling that part too.
+  bool share_prefixes = true;
+};
+
+// What a sequence asks of the scheduler, apart from a cache of its own
+// (BatchScheduler::Request adds that). Free of the model's shape, so that a
+// server's code above the scheduler is compiled once (serve/engine.hpp).
+struct SequenceRequest {
+  std::vector<TokenId> prompt;  // BOS included
+  CacheShape cache_shape;       // of the new cache, when neither a kept one nor its own
+  GenerationOptions options;    // sampling, max tokens, stops, logprobs, echo
+  PieceCallback on_piece;       // each piece of text; return false to stop
+  std::function<void(const GenerationResult&)> on_done;  // once, when the sequence ends for any reason
+  // A chat answer: its cache is closed with EOS, as the next turn will read it.
+  bool close_with_eos = false;
+  // Kept with the cache (a server's record of the answers it holds).
+  std::function<std::string(const GenerationResult&)> note;
+};
+
 template <class Config>
 class BatchScheduler {
  public:
   using Cache = KVCacheBase<Config>;
-
-  struct Options {
-    std::size_t max_active = 16;    // sequences in the batch at once
-    std::size_t max_waiting = 64;   // sequences queued behind them; more are refused
-    std::size_t step_tokens = 256;  // tokens per forward: decodes first, then prefill chunks
-    typename CachePool<Config>::Options pool;  // kept caches (its fingerprint is the model's)
-    // A sequence whose prompt starts with what a running one is prefilling
-    // waits for it and copies its cache instead of prefilling that part too.
-    bool share_prefixes = true;
-  };
-
-  struct Request {
-    std::vector<TokenId> prompt;  // BOS included
-    // The sequence's own cache (its prompt is appended to what it holds), or
-    // none: the kept cache with the longest prefix of the prompt, else a new
-    // one of `cache_shape`.
+  using Options = SchedulerOptions;
+  // A sequence's own cache (its prompt is appended to what it holds), or
+  // none: the kept cache with the longest prefix of the prompt, else a new
+  // one of `cache_shape`.
+  struct Request : SequenceRequest {
     std::unique_ptr<Cache> cache;
-    CacheShape cache_shape;
-    GenerationOptions options;         // sampling, max tokens, stops, logprobs, echo
-    PieceCallback on_piece;            // each piece of text; return false to stop
-    std::function<void(const GenerationResult&)> on_done;  // once, when the sequence ends for any reason
-    // A chat answer: its cache is closed with EOS, as the next turn will read it.
-    bool close_with_eos = false;
-    // Kept with the cache (a server's record of the answers it holds).
-    std::function<std::string(const GenerationResult&)> note;
   };
 
   BatchScheduler(Llama<Config>& model, const Tokenizer& tok, Options opt)
@@ -234,7 +240,7 @@ class BatchScheduler {
     std::size_t wait_for = 0;
   };
 
-  static typename CachePool<Config>::Options pool_options(typename CachePool<Config>::Options o, const Llama<Config>& m) {
+  static CachePoolOptions pool_options(CachePoolOptions o, const Llama<Config>& m) {
     o.fingerprint = m.fingerprint();
     return o;
   }

@@ -60,19 +60,21 @@ inline std::size_t common_prefix(std::span<const TokenId> a, std::span<const Tok
   return i;
 }
 
+struct CachePoolOptions {
+  std::size_t max_bytes = 0;           // memory for kept caches; 0 keeps none in memory
+  std::string dir;                     // where evicted caches go ("" : nowhere)
+  std::uintmax_t max_dir_bytes = std::uintmax_t(4) << 30;
+  std::uint64_t fingerprint = 0;       // the model's (Llama::fingerprint)
+  std::function<void(const std::string&)> warn;              // files ignored, writes that failed
+  std::function<void(const std::string& note)> on_disk_note;  // each usable file's note, at start
+};
+
 template <class Config>
 class CachePool {
  public:
   using Cache = KVCacheBase<Config>;
 
-  struct Options {
-    std::size_t max_bytes = 0;           // memory for kept caches; 0 keeps none in memory
-    std::string dir;                     // where evicted caches go ("" : nowhere)
-    std::uintmax_t max_dir_bytes = std::uintmax_t(4) << 30;
-    std::uint64_t fingerprint = 0;       // the model's (Llama::fingerprint)
-    std::function<void(const std::string&)> warn;              // files ignored, writes that failed
-    std::function<void(const std::string& note)> on_disk_note;  // each usable file's note, at start
-  };
+  using Options = CachePoolOptions;
 
   // What a request starts from: `tokens` of its prompt already in `cache`.
   struct Taken {

@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "streamllm/chat_template.hpp"
-#include "streamllm/scheduler.hpp"
+#include "streamllm/serve/engine.hpp"
 #include "streamllm/serve/metrics.hpp"
 #include "streamllm/serve/openai.hpp"
 #include "streamllm/util/utf8.hpp"
@@ -165,7 +165,8 @@ class Exchange {
   std::function<void()> notify_, cancel_;
 };
 
-template <class Config>
+// Not a template: the model's shape is behind the Engine, so a program that
+// serves several shapes compiles this class (and its HTTP binding) once.
 class ApiService {
  public:
   struct Handled {
@@ -173,26 +174,25 @@ class ApiService {
     std::shared_ptr<Exchange> exchange;  // a generation: its answer comes from here
   };
 
+  template <class Config>
   ApiService(Llama<Config>& model, const Tokenizer& tok, ServiceOptions opt)
-      : model_(&model), tok_(&tok), opt_(std::move(opt)), created_(now_s()), seeds_(std::random_device{}()),
-        scheduler_(model, tok, scheduler_options()) {
-    if (tok.vocab_size() != Config::Vocab)
-      throw InputError("server: the tokenizer has " + std::to_string(tok.vocab_size()) + " pieces, the model " +
-                       std::to_string(Config::Vocab));
+      : ApiService(tok, std::move(opt), Config::shape()) {
     if (opt_.window > 0) DynamicSinkWindowKVCache<Config> probe(opt_.sinks, opt_.window);  // sizes checked once
+    // Made here, after the members its pool's folder is read into (known_).
+    engine_ = std::make_unique<BatchEngine<Config>>(model, tok, scheduler_options());
   }
 
-  void start() { scheduler_.start(); }
+  void start() { engine_->start(); }
   // Graceful: no new generations; those running get up to `grace` to end,
   // then end as cancelled; every stream gets its final event and [DONE].
   void drain(std::chrono::milliseconds grace) {
     draining_ = true;
-    scheduler_.drain(grace);
+    engine_->drain(grace);
   }
-  void stop() { scheduler_.stop(); }
+  void stop() { engine_->stop(); }
 
   const ServiceOptions& options() const { return opt_; }
-  const BatchScheduler<Config>& scheduler() const { return scheduler_; }
+  const Engine& engine() const { return *engine_; }
   std::size_t known_answers() const { return known_.size(); }
 
   Handled handle(const HttpRequest& req) {
@@ -231,8 +231,15 @@ class ApiService {
     return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   }
 
-  typename BatchScheduler<Config>::Options scheduler_options() {
-    typename BatchScheduler<Config>::Options o;
+  ApiService(const Tokenizer& tok, ServiceOptions opt, ModelShape shape)
+      : tok_(&tok), opt_(std::move(opt)), shape_(shape), created_(now_s()), seeds_(std::random_device{}()) {
+    if (tok.vocab_size() != shape_.vocab)
+      throw InputError("server: the tokenizer has " + std::to_string(tok.vocab_size()) + " pieces, the model " +
+                       std::to_string(shape_.vocab));
+  }
+
+  SchedulerOptions scheduler_options() {
+    SchedulerOptions o;
     o.max_active = opt_.max_sequences;
     o.max_waiting = opt_.max_waiting;
     o.step_tokens = opt_.step_tokens;
@@ -309,7 +316,7 @@ class ApiService {
                                                                : "the API key is not valid");
     if (path == "/metrics") {
       h.reply.status = 200;
-      h.reply.body = metrics_.text({scheduler_.active(), scheduler_.waiting(), scheduler_.pool_bytes(), scheduler_.pool_entries()});
+      h.reply.body = metrics_.text({engine_->active(), engine_->waiting(), engine_->pool_bytes(), engine_->pool_entries()});
       h.reply.headers.emplace_back("Content-Type", "text/plain; version=0.0.4");
       return;
     }
@@ -343,11 +350,11 @@ class ApiService {
 
   void health(HttpReply& r) const {
     r.set_json(draining_ ? 503 : 200, {{"status", draining_ ? "shutting down" : "ok"}, {"model", opt_.model_name},
-                                       {"active_sequences", scheduler_.active()}, {"waiting_sequences", scheduler_.waiting()}});
+                                       {"active_sequences", engine_->active()}, {"waiting_sequences", engine_->waiting()}});
   }
 
   json model_json() const {
-    const ModelShape s = Config::shape();
+    const ModelShape& s = shape_;
     return {{"id", opt_.model_name}, {"object", "model"}, {"created", created_}, {"owned_by", "streamllm"},
             {"meta", {{"dim", s.dim}, {"layers", s.layers}, {"heads", s.heads}, {"kv_heads", s.kv_heads},
                       {"vocab", s.vocab}, {"context", s.max_seq}, {"cache", opt_.window > 0 ? "sink+window" : "dense"}}}};
@@ -370,7 +377,7 @@ class ApiService {
     using openai::ApiError;
     const auto it = body.find("tokens");
     if (!body.is_object() || it == body.end() || !it->is_array()) throw ApiError(400, "'tokens' must be an array of token ids", "tokens");
-    const openai::Limits lim{Config::Vocab};
+    const openai::Limits lim{static_cast<int>(shape_.vocab)};
     const auto ids = it->empty() ? std::vector<TokenId>() : openai::detail::token_array(*it, lim, "tokens");
     r.set_json(200, {{"content", tok_->decode(ids)}});
   }
@@ -386,7 +393,7 @@ class ApiService {
     if (opt_.window > 0) return {opt_.sinks, opt_.window, 0};
     const auto need = static_cast<std::uint64_t>(prompt) + static_cast<std::uint64_t>(std::max(max_tokens, 0)) + 2;
     const auto room = std::bit_ceil(std::max<std::uint64_t>(need, 256));
-    return {0, 0, static_cast<std::int64_t>(std::min<std::uint64_t>(Config::MaxSeq, room))};
+    return {0, 0, static_cast<std::int64_t>(std::min<std::uint64_t>(shape_.max_seq, room))};
   }
 
   struct Choice {
@@ -412,11 +419,11 @@ class ApiService {
     using openai::ApiError;
     if (draining_) throw ApiError(503, "the server is shutting down");
     openai::Limits lim;
-    lim.vocab = Config::Vocab;
-    lim.context = opt_.window > 0 ? 0 : Config::MaxSeq;
+    lim.vocab = static_cast<int>(shape_.vocab);
+    lim.context = opt_.window > 0 ? 0 : shape_.max_seq;
     lim.default_max_tokens = opt_.default_max_tokens;
     lim.max_n = static_cast<int>(std::clamp<std::size_t>(opt_.max_sequences + opt_.max_waiting, 1, 16));
-    lim.max_prompt_bytes = opt_.window > 0 ? 0 : static_cast<std::size_t>(Config::MaxSeq) * 64;
+    lim.max_prompt_bytes = opt_.window > 0 ? 0 : static_cast<std::size_t>(shape_.max_seq) * 64;
     auto job = std::make_shared<Job>();
     job->req = openai::parse_request(body, ep, *tok_, lim, &known_);
     job->env = {std::string(ep == openai::Endpoint::Chat ? "chatcmpl-" : "cmpl-") + std::to_string(++next_id_),
@@ -441,12 +448,12 @@ class ApiService {
 
     std::vector<SequenceId> ids;
     auto cancel_all = [this, &ids] {
-      for (SequenceId id : ids) scheduler_.cancel(id);
+      for (SequenceId id : ids) engine_->cancel(id);
     };
     try {
       for (std::size_t c = 0; c < job->choices.size(); ++c) {
         const auto& prompt = job->req.prompts[c / static_cast<std::size_t>(job->req.n)];
-        typename BatchScheduler<Config>::Request r;
+        SequenceRequest r;
         r.prompt = prompt;
         r.cache_shape = cache_shape(prompt.size(), job->req.options.max_new_tokens);
         r.options = job->req.options;
@@ -456,7 +463,7 @@ class ApiService {
         r.on_done = [this, job, c](const GenerationResult& res) { on_done(*job, c, res); };
         if (ep == openai::Endpoint::Chat)
           r.note = [answers = job->req.answers](const GenerationResult& res) { return make_note(answers, res); };
-        ids.push_back(scheduler_.submit(std::move(r)));
+        ids.push_back(engine_->submit(std::move(r)));
       }
     } catch (const CapacityError& e) {
       abandon(*job, cancel_all);
@@ -469,7 +476,7 @@ class ApiService {
       throw ApiError(400, e.what());
     }
     job->ex->set_cancel([this, ids] {
-      for (SequenceId id : ids) scheduler_.cancel(id);
+      for (SequenceId id : ids) engine_->cancel(id);
     });
     return job->ex;
   }
@@ -616,17 +623,18 @@ class ApiService {
     for (auto& kv : cors_headers(req.header("origin"))) reply->headers.push_back(kv);
   }
 
-  Llama<Config>* model_;
   const Tokenizer* tok_;
   ServiceOptions opt_;
+  ModelShape shape_;
   std::int64_t created_;
   std::atomic<std::uint64_t> next_id_ = 0;
   std::mutex seed_mu_;
   std::mt19937_64 seeds_;
   std::atomic<bool> draining_ = false;
   Metrics metrics_;
-  KnownAnswers known_;  // before the scheduler: its pool's folder is read into it
-  BatchScheduler<Config> scheduler_;
+  KnownAnswers known_;  // before the engine: its pool's folder is read into it
+  // Last: destroyed first, its sequences' on_done still find the members above.
+  std::unique_ptr<Engine> engine_;
 };
 
 }  // namespace streamllm::serve
