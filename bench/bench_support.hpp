@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -244,20 +245,19 @@ inline streamllm::Llama<streamllm::presets::TinyLlama1B>& tinyllama(const std::s
 // STREAMLLM_BENCH_ISA=avx2 or portable: the kernels of a CPU with less than
 // this one has (a CPU without AVX-512 measured on one with it, as the tests
 // do); anything else, or a path this CPU lacks, is an error.
-inline void force_isa_from_env() {
+inline std::optional<streamllm::kernels::Isa> isa_from_env() {
   const char* v = std::getenv("STREAMLLM_BENCH_ISA");
-  if (!v || !*v) return;
+  if (!v || !*v) return std::nullopt;
   using streamllm::kernels::Isa;
   const std::string want = v;
   if (want != "avx2" && want != "portable") throw streamllm::Error("STREAMLLM_BENCH_ISA=" + want + ": expected avx2 or portable");
-  Isa& isa = streamllm::kernels::active_isa();
-  if (want == "avx2" && isa == Isa::Portable) throw streamllm::Error("STREAMLLM_BENCH_ISA=avx2: this CPU has no AVX2 path");
-  isa = want == "avx2" ? Isa::Avx2 : Isa::Portable;
+  return want == "avx2" ? Isa::Avx2 : Isa::Portable;
 }
 
 // main() of a benchmark binary whose benchmarks are registered at run time.
 inline int run_registered(int argc, char** argv, void (*register_all)()) {
-  force_isa_from_env();
+  std::optional<streamllm::kernels::ScopedIsa> forced;  // for the whole run
+  if (const auto isa = isa_from_env()) forced.emplace(*isa);
   register_all();
   benchmark::AddCustomContext("streamllm kernels", std::string(streamllm::kernels::to_string(streamllm::kernels::active_isa())) +
                                                        (streamllm::kernels::bf16_tiles() ? ", BF16 prefill in bf16 tiles"

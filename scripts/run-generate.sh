@@ -19,6 +19,6 @@ MSG
 fi
 
 build="${STREAMLLM_BUILD_DIR:-$root/build}"
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DSTREAMLLM_DATA_DIR="$data" >/dev/null
+cmake -S "$root" --preset release -B "$build" -DSTREAMLLM_DATA_DIR="$data" >/dev/null
 cmake --build "$build" --target generate -j"$(nproc)"
 STREAMLLM_DATA_DIR="$data" "$build/examples/generate" "$@"

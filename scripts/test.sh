@@ -9,25 +9,38 @@ bash "$root/scripts/install-deps.sh"
 
 sanitize="${STREAMLLM_SANITIZE:-0}"
 native="${STREAMLLM_NATIVE:-1}"
+# The builds are CMakePresets.json's: test, asan, portable.
+preset="test"
 name="build-test"
-args=(-DCMAKE_BUILD_TYPE=Release -DSTREAMLLM_BUILD_BENCHMARKS=OFF)
+args=()
 if [ "$sanitize" = 1 ]; then
+  # -O1 with line tables only (the preset): readable sanitizer reports, and a
+  # build that keeps CI well inside its time on two cores.
+  preset="asan"
   name="build-asan"
-  # -O1 with line tables only: readable sanitizer reports, and a build that
-  # keeps CI well inside its time on two cores.
-  args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTREAMLLM_SANITIZE=ON -DSTREAMLLM_BUILD_FUZZERS=ON -DSTREAMLLM_BUILD_BENCHMARKS=OFF
-        -DCMAKE_CXX_COMPILER=clang++ "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only -DNDEBUG")
 fi
 if [ "$native" = 0 ]; then
   # The portable build checks the SSE2 kernels: the library's tests, not the
   # example programs (the server, chat and their tests run in the other two).
+  if [ "$sanitize" = 1 ]; then
+    args+=(-DSTREAMLLM_NATIVE=OFF -DSTREAMLLM_BUILD_EXAMPLES=OFF)
+  else
+    preset="portable"
+  fi
   name="$name-portable"
-  args+=(-DSTREAMLLM_NATIVE=OFF -DSTREAMLLM_BUILD_EXAMPLES=OFF)
 fi
-[ -n "${STREAMLLM_DATA_DIR:-}" ] && args+=(-DSTREAMLLM_DATA_DIR="$STREAMLLM_DATA_DIR")
+# The tests read real models and goldens: find them before configuring, as a
+# build folder configured without them keeps an empty data path in its cache.
+data="${STREAMLLM_DATA_DIR:-$root/../shared}"
+if [ ! -d "$data/models" ] || [ ! -d "$data/golden" ]; then
+  echo "test.sh: no test data at '$data' (models/ and golden/): put the shared folder beside the" \
+       "repository or set STREAMLLM_DATA_DIR" >&2
+  exit 1
+fi
+args+=(-DSTREAMLLM_DATA_DIR="$(cd "$data" && pwd)")
 build="${STREAMLLM_BUILD_DIR:-$root/$name}"
 
-cmake -S "$root" -B "$build" "${args[@]}" >/dev/null
+cmake -S "$root" --preset "$preset" -B "$build" "${args[@]}" >/dev/null
 # The README's build makes everything; the sanitizer and portable builds
 # make only what their tests run (the tests bring the server and chat
 # binaries they start; convert is left out).

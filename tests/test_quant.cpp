@@ -1,6 +1,8 @@
 // Weight types: conversions, quantisers, and every typed matrix kernel (AVX-512
 // and portable) against the exact oracle (rows dequantised, product in double).
+#if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#endif
 
 #include <cstring>
 #include <limits>
@@ -41,17 +43,21 @@ const DType kFileTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, 
 const DType kTypes[] = {DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,    DType::Q5_0,
                         DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0x16, DType::Q4_0x16};
 
-bool has_fast_path() { return k::detect_cpu_features().avx512_bf16 && k::detect_cpu_features().avx512_vnni; }
-bool has_avx2_path() { return k::detect_cpu_features().avx2_fma && k::detect_cpu_features().f16c; }
-// Whether this CPU can run the kernels of isa (the portable ones run anywhere).
-bool can_run(k::Isa isa) {
-  return isa == k::Isa::Avx512Bf16Vnni ? has_fast_path() : isa == k::Isa::Avx2 ? has_avx2_path() : true;
-}
+bool has_fast_path() { return k::can_run(k::Isa::Avx512Bf16Vnni); }
+bool has_avx2_path() { return k::can_run(k::Isa::Avx2); }
+using k::can_run;
 
 // The CPU's own conversions, for builds without -march=native too (called
-// only when the CPU has F16C).
+// only when the CPU has F16C; none on other architectures).
+#if defined(__x86_64__) || defined(__i386__)
+bool has_f16c() { return k::detect_cpu_features().f16c; }
 __attribute__((target("f16c"))) float cpu_f16_to_f32(std::uint16_t h) { return _cvtsh_ss(h); }
 __attribute__((target("f16c"))) std::uint16_t cpu_f32_to_f16(float f) { return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
+#else
+bool has_f16c() { return false; }
+float cpu_f16_to_f32(std::uint16_t) { return 0; }
+std::uint16_t cpu_f32_to_f16(float) { return 0; }
+#endif
 
 }  // namespace
 
@@ -60,9 +66,9 @@ TEST_CASE("half floats convert exactly both ways, as the CPU's F16C does", "[qua
     const float f = f16_to_f32(static_cast<std::uint16_t>(h));
     if (std::isnan(f)) continue;
     REQUIRE(f32_to_f16(f) == h);
-    if (k::detect_cpu_features().f16c) REQUIRE(std::bit_cast<std::uint32_t>(cpu_f16_to_f32(static_cast<std::uint16_t>(h))) == std::bit_cast<std::uint32_t>(f));
+    if (has_f16c()) REQUIRE(std::bit_cast<std::uint32_t>(cpu_f16_to_f32(static_cast<std::uint16_t>(h))) == std::bit_cast<std::uint32_t>(f));
   }
-  if (k::detect_cpu_features().f16c) {
+  if (has_f16c()) {
     const auto v = normal(100000, 1, 30000.0f);
     for (float f : v) REQUIRE(f32_to_f16(f) == cpu_f32_to_f16(f));
     for (float f : {1e-8f, 6.1e-5f, 65504.0f, 65520.0f, -0.0f, 3e-7f, 2.98e-8f}) REQUIRE(f32_to_f16(f) == cpu_f32_to_f16(f));
@@ -102,14 +108,6 @@ TEST_CASE("each quantiser's round trip stays within its format's step", "[quant]
   }
 }
 
-// Sets kernels::bf16_tiles() for a scope.
-struct ForceBf16Tiles {
-  bool saved = k::bf16_tiles();
-  explicit ForceBf16Tiles(bool on) { k::bf16_tiles() = on; }
-  ~ForceBf16Tiles() { k::bf16_tiles() = saved; }
-  ForceBf16Tiles(const ForceBf16Tiles&) = delete;
-  ForceBf16Tiles& operator=(const ForceBf16Tiles&) = delete;
-};
 
 TEST_CASE("typed matrix kernels equal the exact product, on both paths and every token count", "[quant][kernels]") {
   // rows odd (partial row groups and tiles, four decode streams of 9 rows and
@@ -149,7 +147,7 @@ TEST_CASE("typed matrix kernels equal the exact product, on both paths and every
                                 Path{k::Isa::Portable, false}}) {
           const k::Isa isa = path.isa;
           if (!can_run(isa)) continue;
-          const ForceBf16Tiles forced(path.bf16_tiles);
+          const k::ScopedBf16Tiles forced(path.bf16_tiles);
           std::vector<float> got(n * ldy, 0.0f);
           k::matmul(m.view, x.data(), n, ldx, got.data(), ldy, isa);
           // Tokens up to the limit go to the gemv, and past it the tiles

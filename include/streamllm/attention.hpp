@@ -125,9 +125,7 @@ struct Attention {
   // Heads of one row taken together against a block of keys along the lanes
   // (attend_heads): as many as divide kGroup, up to 4, while their value sums
   // fit in 16 registers. A prefill block reads each key vector and value row
-  // once for all of them instead of once per head: attention's share of
-  // TinyLlama Q8_0 prefill (512 tokens, one thread) went from 11% to 9%,
-  // pp512 on two threads +5% (alternating runs).
+  // once for all of them instead of once per head.
   static constexpr int kHeadTile = [] {
     if (!kVectorDot || !kCanTranspose) return 1;
     for (int g : {4, 2})
@@ -179,16 +177,102 @@ struct Attention {
       for (std::size_t d = 0; d < HeadDim / L; ++d) kernels::store(st.acc[qi0 + g] + d * L, a[g][d]);
   }
 
-  // One block of rows, the query heads of kv head kvh.
-  static void run_one(const AttentionBlock& b, int kvh, State& st) {
-    const int nq = b.rows * kGroup;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(HeadDim));
-    const float neg_inf = -std::numeric_limits<float>::infinity();
+  // The running state of nq queries before any key.
+  static void begin(State& st, int nq) {
     for (int i = 0; i < nq; ++i) {
-      st.m[i] = neg_inf;
+      st.m[i] = -std::numeric_limits<float>::infinity();
       st.l[i] = 0;
       std::fill_n(st.acc[i], HeadDim, 0.0f);
     }
+  }
+
+  // One query's weighted values: acc += sum of p[j] v[j] over the visible
+  // keys [lo, hi] of the block vb.
+  static void add_weighted_values(const float* p, std::size_t lo, std::size_t hi, const float* vb, std::size_t stride,
+                                  float* acc) {
+    if constexpr (kVectorDot) {
+      // The running sum stays in registers across the block's keys, even and
+      // odd keys in separate sums: one chain of fmas per vector would wait on
+      // its latency at every key.
+      Batch even[HeadDim / L], odd[HeadDim / L];
+      for (std::size_t d = 0; d < HeadDim / L; ++d) {
+        even[d] = kernels::load(acc + d * L);
+        odd[d] = Batch(0.f);
+      }
+      std::size_t j = lo;
+      for (; j + 1 <= hi; j += 2) {
+        const Batch pj(p[j]), pk(p[j + 1]);
+        const float* v = vb + j * stride;
+        for (std::size_t d = 0; d < HeadDim / L; ++d) {
+          even[d] = xsimd::fma(pj, kernels::load(v + d * L), even[d]);
+          odd[d] = xsimd::fma(pk, kernels::load(v + stride + d * L), odd[d]);
+        }
+      }
+      if (j == hi)
+        for (std::size_t d = 0; d < HeadDim / L; ++d) even[d] = xsimd::fma(Batch(p[j]), kernels::load(vb + j * stride + d * L), even[d]);
+      for (std::size_t d = 0; d < HeadDim / L; ++d) kernels::store(acc + d * L, even[d] + odd[d]);
+    } else {
+      // Local sums, even and odd keys apart, as above: through acc itself,
+      // which the compiler cannot prove apart from the values, every add
+      // would be a store.
+      float even[HeadDim], odd[HeadDim] = {};
+      std::copy_n(acc, HeadDim, even);
+      std::size_t j = lo;
+      for (; j + 1 <= hi; j += 2) {
+        const float* v = vb + j * stride;
+        for (int d = 0; d < HeadDim; ++d) {
+          even[d] += p[j] * v[d];
+          odd[d] += p[j + 1] * v[stride + static_cast<std::size_t>(d)];
+        }
+      }
+      if (j == hi)
+        for (int d = 0; d < HeadDim; ++d) even[d] += p[j] * vb[j * stride + static_cast<std::size_t>(d)];
+      for (int d = 0; d < HeadDim; ++d) acc[d] = even[d] + odd[d];
+    }
+  }
+
+  // A block of at most L keys of one segment, as every row of a block reads
+  // it: the keys (and, with `by_lanes`, along the lanes in kt), the values.
+  struct KeyBlock {
+    const float* k;
+    const float* v;
+    std::size_t stride, count;
+    const float (*kt)[L];
+    bool by_lanes;
+  };
+
+  // One query head against a key block: scores, online softmax, weighted
+  // values; p is scratch for the keys' weights.
+  static void attend_head(const float* q, const KeyBlock& kb, const typename Batch::batch_bool_type& visible, std::size_t lo,
+                          std::size_t hi, State& st, int qi, float* p) {
+    const float scale = 1.0f / std::sqrt(static_cast<float>(HeadDim));
+    Batch raw;
+    if constexpr (kCanTranspose)
+      raw = kb.by_lanes ? scores_by_lanes(q, kb.kt) : scores(q, kb.k, kb.stride, kb.count);
+    else
+      raw = scores(q, kb.k, kb.stride, kb.count);
+    const Batch scored[1] = {xsimd::select(visible, raw * Batch(scale), Batch(-std::numeric_limits<float>::infinity()))};
+    const typename Batch::batch_bool_type vis[1] = {visible};
+    softmax_step(scored, vis, st, qi, p);
+    add_weighted_values(p, lo, hi, kb.v, kb.stride, st.acc[qi]);
+  }
+
+  // The block's rows normalised into its output: the query heads of kv head kvh.
+  static void finish(const AttentionBlock& b, int kvh, const State& st) {
+    for (int r = 0; r < b.rows; ++r)
+      for (int h = 0; h < kGroup; ++h) {
+        const int qi = r * kGroup + h;
+        float* out = b.out + static_cast<std::size_t>(r) * b.ld + static_cast<std::size_t>((kvh * kGroup + h) * HeadDim);
+        const float inv = 1.0f / st.l[qi];
+        for (int d = 0; d < HeadDim; ++d) out[d] = st.acc[qi][d] * inv;
+      }
+  }
+
+  // One block of rows, the query heads of kv head kvh: every key block of
+  // every segment, each read once for all the rows and heads that see it.
+  static void run_one(const AttentionBlock& b, int kvh, State& st) {
+    const int nq = b.rows * kGroup;
+    begin(st, nq);
     const std::int64_t last_pos = b.first_pos + b.rows - 1;
     alignas(64) float lane_pos[L];
     alignas(64) float p[L];
@@ -208,22 +292,21 @@ struct Attention {
     for (int si = 0; si < b.n_segments; ++si) {
       const KVSegment& seg = b.segments[si];
       const float* qbase = seg.sink ? b.q_sink : b.q;
-      const float* kseg = seg.k + kvh * HeadDim;
-      const float* vseg = seg.v + kvh * HeadDim;
       for (std::int64_t j0 = 0; j0 < seg.count; j0 += static_cast<std::int64_t>(block_keys)) {
-        const auto nk = static_cast<std::size_t>(std::min<std::int64_t>(static_cast<std::int64_t>(block_keys), seg.count - j0));
         const std::int64_t p0 = seg.first_pos + j0;
         if (p0 > last_pos) break;  // causal: no row sees these (positions only grow along a segment)
-        const float* kb = kseg + static_cast<std::size_t>(j0) * seg.stride;
-        const float* vb = vseg + static_cast<std::size_t>(j0) * seg.stride;
+        const KeyBlock kb{seg.k + kvh * HeadDim + static_cast<std::size_t>(j0) * seg.stride,
+                          seg.v + kvh * HeadDim + static_cast<std::size_t>(j0) * seg.stride, seg.stride,
+                          static_cast<std::size_t>(std::min<std::int64_t>(static_cast<std::int64_t>(block_keys), seg.count - j0)),
+                          kt, by_lanes};
         if (head_tiles)
-          kernels::transpose(kb, seg.stride, nk, static_cast<std::size_t>(HeadDim), &kt2[0][0], kTileKeys);
+          kernels::transpose(kb.k, kb.stride, kb.count, static_cast<std::size_t>(HeadDim), &kt2[0][0], kTileKeys);
         else if (by_lanes)
-          kernels::transpose(kb, seg.stride, nk, static_cast<std::size_t>(HeadDim), &kt[0][0], L);
+          kernels::transpose(kb.k, kb.stride, kb.count, static_cast<std::size_t>(HeadDim), &kt[0][0], L);
         for (int r = 0; r < b.rows; ++r) {
           const std::int64_t t = b.first_pos + r;
           // Visible lanes j: p0 + j <= t, and (a sink, or inside the window).
-          const std::int64_t hi = std::min<std::int64_t>(static_cast<std::int64_t>(nk) - 1, t - p0);
+          const std::int64_t hi = std::min<std::int64_t>(static_cast<std::int64_t>(kb.count) - 1, t - p0);
           const std::int64_t lo = p0 < b.sinks ? 0 : std::max<std::int64_t>(0, t - b.window + 1 - p0);
           if (hi < lo) continue;
           const auto visible = (jpos >= Batch(static_cast<float>(lo))) & (jpos <= Batch(static_cast<float>(hi)));
@@ -236,74 +319,19 @@ struct Attention {
               for (int h = 0; h < kGroup; h += kHeadTile) {
                 const float* q[kHeadTile];
                 for (int g = 0; g < kHeadTile; ++g) q[g] = qrow + static_cast<std::size_t>((h + g) * HeadDim);
-                attend_heads<kHeadTile>(q, kt2, vb, seg.stride, vis, static_cast<std::size_t>(lo), static_cast<std::size_t>(hi), st,
-                                        r * kGroup + h);
+                attend_heads<kHeadTile>(q, kt2, kb.v, kb.stride, vis, static_cast<std::size_t>(lo), static_cast<std::size_t>(hi),
+                                        st, r * kGroup + h);
               }
               continue;
             }
           }
-          for (int h = 0; h < kGroup; ++h) {
-            const int qi = r * kGroup + h;
-            const float* q = qrow + static_cast<std::size_t>(h * HeadDim);
-            Batch raw;
-            if constexpr (kCanTranspose)
-              raw = by_lanes ? scores_by_lanes(q, kt) : scores(q, kb, seg.stride, nk);
-            else
-              raw = scores(q, kb, seg.stride, nk);
-            const Batch scores[1] = {xsimd::select(visible, raw * Batch(scale), Batch(neg_inf))};
-            const typename Batch::batch_bool_type vis[1] = {visible};
-            softmax_step(scores, vis, st, qi, p);
-            float* acc = st.acc[qi];
-            if constexpr (kVectorDot) {
-              // The running sum stays in registers across the block's keys,
-              // even and odd keys in separate sums: one chain of fmas per
-              // vector would wait on its latency at every key.
-              Batch a[HeadDim / L], b[HeadDim / L];
-              for (std::size_t d = 0; d < HeadDim / L; ++d) {
-                a[d] = kernels::load(acc + d * L);
-                b[d] = Batch(0.f);
-              }
-              auto j = static_cast<std::size_t>(lo);
-              for (; j + 1 <= static_cast<std::size_t>(hi); j += 2) {
-                const Batch pj(p[j]), pk(p[j + 1]);
-                const float* v = vb + j * seg.stride;
-                for (std::size_t d = 0; d < HeadDim / L; ++d) {
-                  a[d] = xsimd::fma(pj, kernels::load(v + d * L), a[d]);
-                  b[d] = xsimd::fma(pk, kernels::load(v + seg.stride + d * L), b[d]);
-                }
-              }
-              if (j == static_cast<std::size_t>(hi))
-                for (std::size_t d = 0; d < HeadDim / L; ++d) a[d] = xsimd::fma(Batch(p[j]), kernels::load(vb + j * seg.stride + d * L), a[d]);
-              for (std::size_t d = 0; d < HeadDim / L; ++d) kernels::store(acc + d * L, a[d] + b[d]);
-            } else {
-              // Local sums, even and odd keys apart, as above: through acc
-              // itself, which the compiler cannot prove apart from the values,
-              // every add would be a store.
-              float a[HeadDim], b[HeadDim] = {};
-              std::copy_n(acc, HeadDim, a);
-              auto j = static_cast<std::size_t>(lo);
-              for (; j + 1 <= static_cast<std::size_t>(hi); j += 2) {
-                const float* v = vb + j * seg.stride;
-                for (int d = 0; d < HeadDim; ++d) {
-                  a[d] += p[j] * v[d];
-                  b[d] += p[j + 1] * v[seg.stride + static_cast<std::size_t>(d)];
-                }
-              }
-              if (j == static_cast<std::size_t>(hi))
-                for (int d = 0; d < HeadDim; ++d) a[d] += p[j] * vb[j * seg.stride + static_cast<std::size_t>(d)];
-              for (int d = 0; d < HeadDim; ++d) acc[d] = a[d] + b[d];
-            }
-          }
+          for (int h = 0; h < kGroup; ++h)
+            attend_head(qrow + static_cast<std::size_t>(h * HeadDim), kb, visible, static_cast<std::size_t>(lo),
+                        static_cast<std::size_t>(hi), st, r * kGroup + h, p);
         }
       }
     }
-    for (int r = 0; r < b.rows; ++r)
-      for (int h = 0; h < kGroup; ++h) {
-        const int qi = r * kGroup + h;
-        float* out = b.out + static_cast<std::size_t>(r) * b.ld + static_cast<std::size_t>((kvh * kGroup + h) * HeadDim);
-        const float inv = 1.0f / st.l[qi];
-        for (int d = 0; d < HeadDim; ++d) out[d] = st.acc[qi][d] * inv;
-      }
+    finish(b, kvh, st);
   }
 
   // Every block, every kv head, split over threads.

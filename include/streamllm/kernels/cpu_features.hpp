@@ -1,13 +1,18 @@
 // What this CPU can run, read once per process (CPUID and the OS's saved
 // register state). Kernels that need more than the build's baseline are
-// chosen here, at one place; tests may force a path to compare it with the rest.
+// chosen here, at one place; tests may choose a path for a scope (ScopedIsa)
+// to compare it with the rest.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <string>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+
+#include "streamllm/error.hpp"
 
 namespace streamllm::kernels {
 
@@ -19,9 +24,8 @@ struct CpuFeatures {
   bool f16c = false;
   bool avx2_fma = false;     // AVX2 and FMA, with the OS saving YMM state
   // vdpbf16ps retires at least as many FLOPs as vfmadd231ps. AMD's Zen 4
-  // and 5 do (Zen 5 here: 545 against 272 GFLOP/s a thread); Intel's cores
-  // with AVX512-BF16 do not (a Sapphire Rapids Xeon here: 79 against 157,
-  // ../shared/tools/machine-limits/peak.c), and there bf16 weights are faster
+  // and 5 do; Intel's cores with AVX512-BF16 do not (../shared/tools/
+  // machine-limits/peak.c measures both), and there bf16 weights are faster
   // widened to f32 for the f32 tiles than multiplied as bf16 pairs.
   bool bf16_dot_full_rate = false;
 };
@@ -61,9 +65,9 @@ inline const char* to_string(Isa isa) {
   return isa == Isa::Avx512Bf16Vnni ? "avx512-bf16-vnni" : isa == Isa::Avx2 ? "avx2" : "portable (xsimd)";
 }
 
-// The path the typed kernels take: the best this CPU has, unless a test forced one.
-inline Isa& active_isa() {
-  static Isa isa = [] {
+// The fastest kernel family this CPU runs.
+inline Isa best_isa() {
+  static const Isa isa = [] {
     const CpuFeatures f = detect_cpu_features();
     // (Every CPU with BF16 and VNNI has VBMI, but Cooper Lake; it takes the portable path.)
     if (f.avx512 && f.avx512_vnni && f.avx512_bf16 && f.avx512_vbmi && f.f16c) return Isa::Avx512Bf16Vnni;
@@ -72,13 +76,59 @@ inline Isa& active_isa() {
   return isa;
 }
 
+// Whether this CPU runs the kernels of `isa`: the best it has and every
+// slower family (a CPU of the AVX-512 family has all the AVX2 one needs).
+inline bool can_run(Isa isa) { return static_cast<int>(isa) >= static_cast<int>(best_isa()); }
+
+namespace detail {
+inline std::atomic<Isa>& chosen_isa() {
+  static std::atomic<Isa> isa{best_isa()};
+  return isa;
+}
+inline std::atomic<bool>& chosen_bf16_tiles() {
+  static std::atomic<bool> use{detect_cpu_features().bf16_dot_full_rate};
+  return use;
+}
+}  // namespace detail
+
+// The family the typed kernels take: best_isa(), unless a ScopedIsa chose another.
+inline Isa active_isa() { return detail::chosen_isa().load(std::memory_order_relaxed); }
+
 // Whether the prefill of BF16 and K-quant weights takes the bf16 tiles
 // (vdpbf16ps; activations rounded to bf16) or the f32 tiles (weights widened
 // to f32 a block at a time) on the AVX-512 path: the faster on this CPU,
-// unless a test forced one.
-inline bool& bf16_tiles() {
-  static bool use = detect_cpu_features().bf16_dot_full_rate;
-  return use;
-}
+// unless a ScopedBf16Tiles chose.
+inline bool bf16_tiles() { return detail::chosen_bf16_tiles().load(std::memory_order_relaxed); }
+
+// For the life of this object the kernels take `isa`: a test of one family
+// against another, a benchmark of a slower one. One a CPU lacks is an Error.
+// Not for use while other threads run kernels: they may see either family.
+class ScopedIsa {
+ public:
+  explicit ScopedIsa(Isa isa) : saved_(active_isa()) {
+    if (!can_run(isa))
+      throw Error(std::string("kernels: this CPU cannot run the ") + to_string(isa) + " kernels (its best: " +
+                  to_string(best_isa()) + ")");
+    detail::chosen_isa().store(isa, std::memory_order_relaxed);
+  }
+  ~ScopedIsa() { detail::chosen_isa().store(saved_, std::memory_order_relaxed); }
+  ScopedIsa(const ScopedIsa&) = delete;
+  ScopedIsa& operator=(const ScopedIsa&) = delete;
+
+ private:
+  Isa saved_;
+};
+
+// The same for the bf16 tiles' choice.
+class ScopedBf16Tiles {
+ public:
+  explicit ScopedBf16Tiles(bool on) : saved_(bf16_tiles()) { detail::chosen_bf16_tiles().store(on, std::memory_order_relaxed); }
+  ~ScopedBf16Tiles() { detail::chosen_bf16_tiles().store(saved_, std::memory_order_relaxed); }
+  ScopedBf16Tiles(const ScopedBf16Tiles&) = delete;
+  ScopedBf16Tiles& operator=(const ScopedBf16Tiles&) = delete;
+
+ private:
+  bool saved_;
+};
 
 }  // namespace streamllm::kernels

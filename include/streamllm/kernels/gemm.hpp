@@ -8,8 +8,10 @@
 // weights need no transposition: rows are read in place when their type is
 // the kernel's, or converted a block at a time into a small buffer.
 //
-// The driver is shared by the element types: f32 here (xsimd, any CPU), bf16
-// pairs with vdpbf16ps in gemm_bf16.hpp.
+// The driver is shared by the element types and ISAs: f32 here (xsimd, any
+// CPU); bf16 pairs with vdpbf16ps (avx512::GemmBf16) and the AVX-512 f32
+// and int8 tiles in x86_avx512.hpp and gemm_int8.hpp; AVX2's int8 tiles in
+// gemm_int8_avx2.hpp.
 #pragma once
 
 #include <algorithm>
@@ -32,12 +34,8 @@ struct GemmF32 {
   static constexpr std::size_t kTok = 2 * kLanes;           // tokens per micro-tile
   static constexpr std::size_t kRows = kLanes >= 16 ? 12 : 6;
   // Slices of 2048 columns: TinyLlama's rows of 2048 whole, so a block of
-  // rows is one run of memory, which the prefetchers follow as one stream;
-  // against slices of 512 (48 streams, one per row), a prefill of 8-38
-  // tokens of TinyLlama Q8_0 through these tiles took 10-15% less time on an
-  // AVX2 Zen 3 (2 threads, alternating builds, a probe of Llama::prefill)
-  // and 256 tokens the same; bench_types Turn/ in docs/performance.md gives
-  // this with the other changes of that day. The weight block (kMc x kKc
+  // rows is one run of memory, which the prefetchers follow as one stream,
+  // not one stream per row: short prefills are faster, long ones level. The weight block (kMc x kKc
   // floats, 384 KB) stays in L2 on the CPUs that take these tiles (AVX2 and
   // portable builds; AVX-512 has its own).
   static constexpr std::size_t kKc = 2048;
@@ -124,12 +122,9 @@ using F32RowSource = CopyRows<float>;
 // Tokens whose partial sums a row block carries from one k slice to the next
 // (kMc rows x these tokens: 192-384 KB). They and the packed tokens of a
 // slice stay in L2 between slices, and each pass's results go back to y
-// while still there. Measured against one m x n buffer of all tokens' sums,
-// transposed at the end (TinyLlama, 512 tokens, one thread, same run): F16
-// prefill 82-85 vs 66-79 tok/s, F32 79-80 vs 71-75. Each pass converts the
-// weight block again, so a prompt chunk of the default 512 tokens is one
-// pass: against passes of 256, F16 prefill 90-93 vs 87-90 tok/s, F32 87-90
-// vs 80-89, BF16 and Q8_0 level.
+// while still there: faster than one m x n buffer of all tokens' sums,
+// transposed at the end. Each pass converts the weight block again, so a
+// prompt chunk of the default 512 tokens is one pass.
 inline constexpr std::size_t kTokensPerPass = 512;
 
 // Where a policy whose micro-kernel writes y itself (token-major, in

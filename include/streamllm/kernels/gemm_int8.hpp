@@ -21,6 +21,7 @@
 // so does Q4_1's and Q5_1's m.
 #pragma once
 
+#include "streamllm/kernels/avx512_warnings.hpp"
 #include "streamllm/kernels/int8_tile_format.hpp"
 #include "streamllm/kernels/x86_avx2.hpp"
 #include "streamllm/kernels/x86_avx512.hpp"
@@ -42,12 +43,7 @@
 #include "streamllm/quant/blocks.hpp"
 #include "streamllm/tensor.hpp"
 
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
-#pragma GCC diagnostic push  // GCC bug 105593, see x86_avx512.hpp
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#define STREAMLLM_POP_DIAGNOSTICS_INT8
-#endif
+STREAMLLM_BEGIN_AVX512_INTRINSICS
 
 namespace streamllm::kernels::avx512 {
 
@@ -86,8 +82,7 @@ STREAMLLM_AVX512 inline void store_token_major4(const __m512 (&r)[4], std::size_
 
 // MR rows x 32 tokens. Partial sums go to c (rows x tokens); with y, the last
 // slice of k goes to y token-major instead (y[t][0..MR) for t < ntok), in
-// registers: a separate transpose of the sums, through memory, took 6-7% of
-// a Q8_0 prefill.
+// registers: a separate transpose of the sums, through memory, cost more.
 template <class Format, std::size_t MR>
 STREAMLLM_AVX512 inline void gemm_int8_micro(const std::byte* w, std::size_t ldw, const std::uint8_t* xp, std::size_t kc,
                                              float* c, std::size_t ldc, bool accumulate, float* y, std::size_t ldy,
@@ -412,9 +407,6 @@ struct GemmInt8 {
 
 }  // namespace streamllm::kernels::avx512
 
-#ifdef STREAMLLM_POP_DIAGNOSTICS_INT8
-#pragma GCC diagnostic pop
-#undef STREAMLLM_POP_DIAGNOSTICS_INT8
-#endif
+STREAMLLM_END_AVX512_INTRINSICS
 
 #endif

@@ -1,9 +1,7 @@
 // Int8 tiled matrix-matrix product (prefill) on AVX2 CPUs, for Q4_0, Q4_1,
 // Q5_0, Q5_1, Q4_K, Q5_K and Q6_K weights: vpmaddubsw multiplies 32 byte pairs per instruction, so
 // quantised prefill runs on the integer units instead of dequantising every
-// weight to f32. Through these kernels on the Zen 5 (one thread, TinyLlama),
-// Q4_0 prefill went from 43 to 63-76 tok/s and Q4_K_M to 55-80, where an
-// AVX2 build of llama.cpp runs 43-45 and 22-34 (docs/performance.md).
+// weight to f32 (docs/performance.md).
 //
 // The layout of the AVX-512 tiles (gemm_int8.hpp): tokens along the lanes,
 // weight rows along registers, one weight quad (4 bytes) broadcast per row
@@ -271,10 +269,8 @@ struct GemmInt8 {
   using Packed = std::uint8_t;
   using Weight = std::byte;
   static constexpr std::size_t kTok = kInt8Tok;
-  // Rows per micro-tile: 3 and 2 were slower (a first form of this kernel,
-  // Gemm512/Q4_0 through AVX2 on the Zen 5, one thread: 161 and 157 against
-  // 164-171 GFLOP/s), and so was loading each quad of tokens once for all
-  // the rows (143-152).
+  // Rows per micro-tile: 3 and 2 were slower, and so was loading each quad
+  // of tokens once for all the rows.
   static constexpr std::size_t kRows = 4;
   // A token slice of 512 k: 16 blocks x 768 B = 12 KB in L1; a weight block
   // of 64 rows x 576-640 B = 37-41 KB in L2.

@@ -15,8 +15,7 @@ namespace streamllm::kernels {
 // enough loads in flight for one stream (a software prefetch adds nothing
 // to one stream). On AVX-512 CPUs f32 weights go instead through
 // avx512::gemv_widen_rows (up to 16 tokens), which reads four streams at
-// once: one core then reads ~15% faster for one token, 1.3x for two (f32
-// 65536 x 2048: 26-27 against 20 GB/s).
+// once, faster on one core.
 template <int NT>
 inline void gemv_f32_rows(const float* w, std::size_t ldw, std::size_t k, const float* x, std::size_t ldx, float* y,
                           std::size_t ldy, std::size_t r0, std::size_t r1) {

@@ -5,9 +5,10 @@
 // which the activations carry (dsum) for Q4_K's mins already.
 // These are llama.cpp's older types, and the ones its quantiser falls back to
 // for rows the K-quants cannot take (a Q4_K_M file of a model whose rows are
-// not a multiple of 256 holds Q5_0). Dequantised to f32 instead, Q5_0 decode
-// of TinyLlama on the Zen 5 ran at 4.3 tok/s on 2 threads, llama.cpp 31.9.
-// Prefill takes the f32 tiles (matmul.hpp). The AVX2 kernels are the Row
+// not a multiple of 256 holds Q5_0), and dequantised to f32 their decode ran
+// at a seventh of llama.cpp's speed (docs/kernel-measurements.md).
+// Prefill takes the int8 tiles (gemm_int8.hpp, gemm_int8_avx2.hpp: Q5_0
+// unpacked as q - 16, Q4_1 and Q5_1 with m as Q4_K's min). The AVX2 kernels are the Row
 // policies of x86_avx2.hpp (Q5_0Row, Q4_1Row, Q5_1Row).
 #pragma once
 
@@ -17,6 +18,7 @@
 #include <type_traits>
 
 #include "streamllm/kernels/activations_q8.hpp"
+#include "streamllm/kernels/avx512_warnings.hpp"
 #include "streamllm/kernels/x86_avx512.hpp"
 #include "streamllm/quant/blocks.hpp"
 #include "streamllm/tensor.hpp"
@@ -86,12 +88,7 @@ inline void gemv_unsigned_blocks(const TensorView& w, const QuantizedActivations
 }  // namespace portable
 
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
-#pragma GCC diagnostic push  // GCC bug 105593, see x86_avx512.hpp
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#define STREAMLLM_POP_DIAGNOSTICS_UNSIGNED
-#endif
+STREAMLLM_BEGIN_AVX512_INTRINSICS
 namespace avx512 {
 
 // Byte and word indices that unpack a pair of blocks from one masked load,
@@ -200,10 +197,7 @@ STREAMLLM_AVX512 inline void gemv_unsigned_blocks_rows(std::size_t r0, std::size
 }
 
 }  // namespace avx512
-#ifdef STREAMLLM_POP_DIAGNOSTICS_UNSIGNED
-#pragma GCC diagnostic pop
-#undef STREAMLLM_POP_DIAGNOSTICS_UNSIGNED
-#endif
+STREAMLLM_END_AVX512_INTRINSICS
 #endif
 
 

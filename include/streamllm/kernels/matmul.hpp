@@ -58,12 +58,9 @@ namespace streamllm::kernels {
 
 // Up to this many tokens, reading each weight row once for all of them in
 // the matrix-vector kernels beats packing them for the tiled kernels. The
-// AVX-512 kernels go further. Float rows up to 8 tokens at once (TinyLlama,
-// 2 threads, 8 sequences in a batch: F16 76-77 tok/s against 25 through the
-// f32 tiles, BF16 76-81 against 46 through the bf16 tiles), F32 and F16 up to
-// 16 in passes of 8 (F16, 16 sequences: 85-89 against 49); BF16's tiles are
-// the faster at 16 (91-105 against 86-89) where it takes them (bf16_tiles();
-// elsewhere BF16 is F16's case). Int8 rows up to 16.
+// AVX-512 kernels go further: float rows up to 8 tokens at once, F32 and
+// F16 up to 16 in passes of 8; BF16's tiles are the faster at 16 where it
+// takes them (bf16_tiles(); elsewhere BF16 is F16's case). Int8 rows up to 16.
 inline constexpr std::size_t kMaxGemvTokens = 4;
 inline constexpr std::size_t kMaxFloatGemvTokens = 16;
 inline constexpr std::size_t kMaxBf16GemvTokens = 8;
@@ -134,8 +131,7 @@ inline std::size_t gemv_token_limit(const TensorView& w, Isa isa) {
 // wq over 2 threads leave one thread a whole chunk alone at the end of every
 // call. With several tokens a chunk costs more time than its bytes say, and
 // the small matrices (wk, wv: 256 rows of TinyLlama) would make two chunks,
-// one doing nearly all: there, at least four chunks per thread. (Measured on
-// TinyLlama Q4_0, 8 sequences, 2 threads: 256 x 2048 245 -> 285 GOP/s.)
+// one doing nearly all: there, at least four chunks per thread.
 inline std::size_t gemv_chunk_rows(std::size_t row_bytes, std::size_t rows, std::size_t tokens) {
   const auto threads = static_cast<std::size_t>(std::max(1, omp_get_max_threads()));
   std::size_t chunks = std::max<std::size_t>(1, (rows * row_bytes + (std::size_t(256) << 10) - 1) / (std::size_t(256) << 10));
@@ -220,7 +216,7 @@ inline int int8_activation_layout(DType t, Isa isa) {
 
 // The n tokens of x quantised for t's kernel on `isa`, in the calling
 // thread's buffer (valid until its next call; workers must be handed the pointer).
-inline const QuantizedActivations* decode_activations(DType t, Isa isa, const float* x, std::size_t ldx, std::size_t n,
+inline const QuantizedActivations* decode_activations([[maybe_unused]] DType t, [[maybe_unused]] Isa isa, const float* x, std::size_t ldx, std::size_t n,
                                                       std::size_t k) {
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
   if (isa == Isa::Avx512Bf16Vnni) return int8_activations(t, x, ldx, n, k);
@@ -233,7 +229,7 @@ inline const QuantizedActivations* decode_activations(DType t, Isa isa, const fl
 // Rows [r0, r1) of w (has_int8_gemv on isa) against n tokens' int8
 // activations. Each family of kernels is a function of its own: inlined all
 // into one (with -march=native), the K-quant loop lost registers to the
-// others' and TinyLlama Q4_K_M decode on the Zen 5 went 37-38 -> 33-34 tok/s.
+// others' and decode was slower.
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
 [[gnu::noinline]] inline void avx512_kquant_chunk(const TensorView& w, std::size_t r0, std::size_t r1,
                                                   const QuantizedActivations& xa, std::size_t n, float* y, std::size_t ldy) {
@@ -269,7 +265,7 @@ inline const QuantizedActivations* decode_activations(DType t, Isa isa, const fl
 }
 #endif
 
-inline void gemv_int8_chunk(const TensorView& w, Isa isa, std::size_t r0, std::size_t r1, const QuantizedActivations* xa,
+inline void gemv_int8_chunk(const TensorView& w, [[maybe_unused]] Isa isa, std::size_t r0, std::size_t r1, const QuantizedActivations* xa,
                             std::size_t n, float* y, std::size_t ldy) {
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
   if (isa == Isa::Avx512Bf16Vnni) {

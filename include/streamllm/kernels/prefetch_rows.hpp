@@ -6,7 +6,7 @@
 // the row a block further down. With a few tokens (a chat turn) the
 // arithmetic is short and that wait is not: a profile of a 16-token
 // TinyLlama Q8_0 prefill on an AVX2 Zen 3 found a third of the time in the
-// conversion's first loads (docs/performance.md has the turn's times).
+// conversion's first loads (docs/performance-history.md has the turn's times).
 #pragma once
 
 #include <cstddef>

@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <type_traits>
 
+#include "streamllm/kernels/avx512_warnings.hpp"
+
 namespace streamllm::kernels {
 
 using Arch = xsimd::default_arch;
@@ -25,13 +27,9 @@ inline constexpr std::size_t vector_end(std::size_t n) { return n - n % kLanes; 
 // xsimd 8.1's haddp returns AVX-512 results with lanes 2-3 / 4-5 and 10-11 /
 // 12-13 swapped; feeding it the rows in that order undoes the swap.
 // Not inlined: GCC 12 reports its AVX-512 shuffles' "undefined" sources as
-// uninitialised wherever they are inlined (bug 105593), and the pragma below
-// only covers this body.
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#define STREAMLLM_SUM_EACH_POP
-#endif
+// uninitialised wherever they are inlined (avx512_warnings.hpp), and the
+// marks below only cover this body.
+STREAMLLM_BEGIN_AVX512_INTRINSICS
 [[gnu::noinline]] inline Batch sum_each(const Batch* rows) {
   if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
     static constexpr std::size_t perm[16] = {0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15};
@@ -42,10 +40,7 @@ inline constexpr std::size_t vector_end(std::size_t n) { return n - n % kLanes; 
     return xsimd::haddp(rows);
   }
 }
-#ifdef STREAMLLM_SUM_EACH_POP
-#pragma GCC diagnostic pop
-#undef STREAMLLM_SUM_EACH_POP
-#endif
+STREAMLLM_END_AVX512_INTRINSICS
 
 // Name of the instruction set the xsimd kernels were compiled for.
 inline const char* simd_arch_name() { return Arch::name(); }

@@ -168,9 +168,8 @@ STREAMLLM_AVX2 inline __m256i reduce8(const __m256i (&v)[8]) {
 // (vpsignb), so each product is |w| x sign(w) x = w x. A pair of products
 // stays within int16 (|w| <= 128, |x| <= 127), vpmaddwd by ones adds pairs
 // into int32 lanes, and each block is scaled once: dw dx. One row at a time:
-// the rows are one sequential stream. No software prefetch: prefetching
-// every block cost Q8_0 decode 11% (18.0 against 20.3 tok/s, TinyLlama, one
-// thread).
+// the rows are one sequential stream, which the hardware prefetcher
+// follows: a software prefetch of every block made decode slower.
 
 // A Row gives a block's 32 quants in element order; kSigned: signed
 // quants (the sign trick above), otherwise unsigned with kOffset taken back
@@ -186,10 +185,7 @@ struct Q8_0Row {
 // Element j in the low nibble of byte j, element j + 16 in the high one:
 // the 16 bytes in both halves, the upper half's 64-bit lanes shifted right
 // by 4, then every byte masked to its low nibble (the bits a shift carries
-// in from the next byte are masked off). Three instructions, not five:
-// Gemv/Q4_0 on the Zen 5 through these kernels, 1 thread, three
-// alternating runs, 14.0-18.1 -> 14.7-21.5 GB/s (TinyLlama Q4_0 decode
-// level within the host's noise, 23.0-23.2 against 23.1-24.1 tok/s).
+// in from the next byte are masked off). Three instructions, not five.
 STREAMLLM_AVX2 inline __m256i nibbles(const std::uint8_t* qs) {
   const __m256i p = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
   return _mm256_and_si256(_mm256_srlv_epi64(p, _mm256_set_epi64x(4, 4, 0, 0)), _mm256_set1_epi8(0x0F));
@@ -208,8 +204,7 @@ STREAMLLM_AVX2 inline __m256i fifth_bits16(const std::uint8_t* qh4) {
 
 // Q4_0's nibbles go in unsigned (0..15, the quant + 8) with the activations
 // as they are, and 8 x the activation block's sum is taken back: two vpsignb
-// and a subtraction fewer per block (TinyLlama Q4_0 decode, one thread, two
-// alternating runs: 16.2-16.4 -> 17.4-17.7 tok/s). Q5_0 likewise with its
+// and a subtraction fewer per block. Q5_0 likewise with its
 // fifth bits (0..31, the quant + 16).
 struct Q4_0Row {
   using Block = quant::BlockQ4_0;
@@ -271,9 +266,8 @@ STREAMLLM_AVX2 inline __m256 halves8(const Block* blk, std::uint16_t Block::*fie
 // offset taken back from it exactly (kOffset x the activation block's sum),
 // and the eight blocks scaled at once by dw x dx: one convert and one fma
 // where int8_block has eight of each and eight scalar products (and kMin's
-// m x dsum one more fma). Gemv/Q4_0 through these kernels on the Zen 5
-// (STREAMLLM_BENCH_ISA=avx2), one thread, three alternating runs:
-// 12.0-14.6 -> 14.3-18.6 GB/s; Q8_0, nearer the memory's speed, level.
+// m x dsum one more fma): Q4_0 reads faster, Q8_0, nearer the memory's
+// speed, is level.
 template <class Row, int NT>
 STREAMLLM_AVX2 inline void int8_blocks8(const typename Row::Block* blk, const QuantizedActivations::Slice& xa, std::size_t b,
                                         __m256 (&acc)[NT]) {
@@ -330,11 +324,8 @@ STREAMLLM_AVX2 inline void gemv_int8_rows(std::size_t r0, std::size_t r1, const 
 // are unsigned (0..15; Q5_K's quants 0..31 likewise); its mins, dmin m dx x
 // the activation block's sum, are one more vector. Q6_K's quants minus 32 take vpmaddubsw's sign trick, as
 // Q8_0 does; a vector spans two sub-blocks of 16, whose scales fill its halves.
-// (Scaled per block instead: TinyLlama Q4_K_M decode on one thread, two
-// alternating runs, 10.8-11.3 against 13.0-14.3 tok/s.) The scales are
-// unpacked as vectors, not one by one: Gemv/Q4_K on the Zen 5 through these
-// kernels, one thread, 13.3-14.0 -> 18.3-18.8 GB/s, TinyLlama Q4_K_M decode
-// 22.2-22.7 -> 28.3-28.9 tok/s; Q6_K 17.2-18.6 -> 17.7-19.6 GB/s.
+// Scaling per block instead, and unpacking the scales one by one, were both
+// slower.
 
 // A Q4_K super-block's nibbles as bytes 0..15, q[j] = elements 32j..32j+31.
 STREAMLLM_AVX2 inline void q4k_quants(const std::uint8_t* qs, __m256i (&q)[8]) {

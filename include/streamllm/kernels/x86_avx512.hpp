@@ -20,22 +20,14 @@
 
 #include "streamllm/dtype.hpp"
 #include "streamllm/kernels/activations_q8.hpp"
+#include "streamllm/kernels/avx512_warnings.hpp"
 #include "streamllm/kernels/gemm.hpp"
 #include "streamllm/quant/blocks.hpp"
 
 #define STREAMLLM_AVX512 \
   __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bf16,avx512vbmi")))
 
-// GCC 12's AVX-512 intrinsics start some results from a self-initialised
-// "undefined" register, which -Wuninitialized reports wherever they are
-// inlined (GCC bug 105593, fixed in GCC 13). The kernels below initialise
-// everything they read.
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#define STREAMLLM_POP_DIAGNOSTICS
-#endif
+STREAMLLM_BEGIN_AVX512_INTRINSICS
 
 namespace streamllm::kernels::avx512 {
 
@@ -312,17 +304,11 @@ STREAMLLM_AVX512 inline void gemv_int8_row(const std::byte* w, std::size_t row_b
 
 // Float rows against NT tokens are read four at a time, one from each
 // quarter of [r0, r1). One core keeps more lines in flight on four
-// sequential streams, each prefetched 1 KiB ahead, than on one: TinyLlama
-// F16 decode on one thread went from 12.7-12.9 to 17.3-17.5 tok/s (3 streams
-// 16.7, 5 streams 17.2; 512 B ahead 15.8, 2 KiB 16.4, 4 KiB 13-14, none
-// 14.5-14.9), BF16 likewise, F32 +15%. Batched decode gains more: row after
-// row, each row's longer arithmetic left the one stream idle. BF16 65536 x
-// 2048, one thread: 4 tokens 19-20 against 8.2-8.5 GB/s, 2 tokens 24
-// against 17-18. The prefetches ask for non-temporal lines (NTA): weights
+// sequential streams, each prefetched 1 KiB ahead, than on one. Batched
+// decode gains more: row after row, each row's longer arithmetic left the
+// one stream idle. The prefetches ask for non-temporal lines (NTA): weights
 // are read once per token, and on the Zen 5 that kept more of the streams
-// in flight: TinyLlama F32 decode, one thread, four alternating runs,
-// 9.48-9.59 -> 9.85-10.09 tok/s (two threads 15.7-16.5 -> 16.2-17.3);
-// Gemv/F32 65536 rows 38-39 -> 41-42 GB/s.
+// in flight.
 inline constexpr std::size_t kStreamPrefetchBytes = 1024;
 
 STREAMLLM_AVX512 inline void prefetch_stream(const std::byte* p, std::size_t bytes) {
@@ -331,11 +317,8 @@ STREAMLLM_AVX512 inline void prefetch_stream(const std::byte* p, std::size_t byt
 
 // The integer kernels of one token (Q8_0 / Q4_0 streams, K-quant rows) do
 // more arithmetic per line than the float ones, so the lines they ask for
-// must be asked for earlier: 4 KiB ahead instead of 1. TinyLlama decode, one
-// thread, alternating runs, 4 each: Q8_0 11.4-12.9 -> 13.1-15.1 tok/s, Q4_0
-// 22.2-26.8 -> 26.1-30.1; Q4_K_M 12.4-16.4 -> 14.1-17.3 (from 2 KiB); the
-// L2 hint (T1) was no different. F16 at 2 or 4 KiB stayed within the noise
-// of 1 KiB.
+// must be asked for earlier: 4 KiB ahead instead of 1 (the float kernels
+// gain nothing from more; an L2 hint was no different).
 inline constexpr std::size_t kInt8PrefetchBytes = 4096;
 
 // The streams' weights are loaded once per step and serve every token; a
@@ -570,9 +553,8 @@ STREAMLLM_AVX512 inline void gemv_int8_row_groups(const std::byte* w, std::size_
   for (std::size_t G = g0; G < g1; ++G) {
     const Block* blk = row + 16 * G;
     // Two rows ahead, at the same column: where the kernel reads next when k
-    // is sliced (w_down: 2048 x 5632 Q4_0, 8 tokens, 2 threads, 310-360 ->
-    // 430-445 GOP/s against kPrefetchBytes ahead, which lands in this row's
-    // next slice); 2-4 KB ahead in the stream when k is whole (TinyLlama).
+    // is sliced (kPrefetchBytes ahead would land in this row's next slice);
+    // 2-4 KB ahead in the stream when k is whole (TinyLlama).
     if (kPrefetchInt8) prefetch_ahead(reinterpret_cast<const std::byte*>(blk) + 2 * row_bytes, 16 * sizeof(Block));
     __m512i wq[8];
     const __m512 dw = Row::load_group16(blk, wq);
@@ -581,8 +563,7 @@ STREAMLLM_AVX512 inline void gemv_int8_row_groups(const std::byte* w, std::size_
     const std::int32_t* xs0 = xa.sum16_group(G);
     // Dot products of the 8 quads, one chain per token, the tokens' chains
     // interleaved so that each step has NT independent vpdpbusd; one token
-    // gets two chains, so that 8 vpdpbusd in a row do not wait on each other
-    // (Q4_0, one token, rows in L2: 43-48 against 30 GB/s with one chain).
+    // gets two chains, so that 8 vpdpbusd in a row do not wait on each other.
     constexpr int kChains = NT == 1 ? 2 : 1;
     __m512i sum[NT][kChains];
     #pragma GCC unroll 8
@@ -627,10 +608,8 @@ STREAMLLM_AVX512 inline void with_tokens8(std::size_t nt, F&& f) {
 // One token against rows [r0, r1) in groups of 16 blocks, read as kStream
 // sequential streams (the rows of kStream equal parts of the range, side by
 // side), each prefetched ahead (kInt8PrefetchBytes), as the float kernels do:
-// one core keeps more lines in flight than on one stream. TinyLlama Q8_0
-// decode on one thread (interleaved rows, alternating runs): 8.4-9.4 tok/s
-// on one stream, 11.2-12.3 on four, 11.7-12.8 on eight (four, as the float
-// kernels: within the noise of eight, and fewer rows left over). Each
+// one core keeps more lines in flight than on one stream (four, as the
+// float kernels: eight were no faster, and leave more rows over). Each
 // group's activations are loaded once for all the streams. The blocks past the last group and the
 // rows past the equal parts go to the kernels above.
 template <class Row, std::size_t kStream = 4>
@@ -676,9 +655,8 @@ STREAMLLM_AVX512 inline void gemv_int8_streams(std::size_t r0, std::size_t r1, c
 // Rows [r0, r1) against n tokens of int8 activations. Each row once for up
 // to 8 tokens (it stays in L1 for them), groups of 16 blocks by the kernel
 // above, the remaining blocks by the per-pair one. One token goes this way
-// too: per 16 blocks, one convert and one fma instead of eight of each
-// (Q4_0 decode, rows in L2: 43-48 GB/s against 20-30 by pairs; TinyLlama
-// Q4_0 tg128 on one thread 40-45 against 35-36 tok/s). Every row reads all
+// too: per 16 blocks, one convert and one fma instead of eight of each.
+// Every row reads all
 // the tokens' activations, so they must stay in L1 too: long rows (the 5632
 // columns of w_down: 56 KB for 8 tokens) go in slices of k, each slice over
 // all the rows, which wait in L2 for the next one; so do the rows for the
@@ -778,8 +756,6 @@ STREAMLLM_AVX512 inline __m512i kquant_lane_scale_index(DType t, int v) {
 // is kquant_lane_scale_index(T, v). The type is a template parameter, so the
 // block's size is known: its prefetches are unrolled instead of a loop with
 // a branch per block, and the choice of type is made once per call.
-// Q6_K, one token, 1 thread (bench_kernels Gemv/Q6_K, alternating runs on
-// the Zen 5): 32-34 -> 36-40 GB/s.
 template <DType T, int NT>
 STREAMLLM_AVX512 inline void gemv_kquant_int8_row(const std::byte* w, std::size_t row_bytes, const QuantizedActivations& xa,
                                                   const __m512i (&index)[4], float* y, std::size_t ldy, std::size_t r) {
@@ -788,9 +764,7 @@ STREAMLLM_AVX512 inline void gemv_kquant_int8_row(const std::byte* w, std::size_
   const __m512i offset = _mm512_set1_epi8(32);
   // Two accumulators a token (even and odd vectors of a super-block): one
   // would chain four FMA latencies per super-block, which one token's Q4_K
-  // waits on. Gemv/Q4_K, 1 thread, alternating runs: 22-23 -> 25-28 GB/s;
-  // TinyLlama Q4_K_M decode, 1 thread: 34.3-36.3 -> 37.4-37.9 tok/s (with
-  // the mins' d * sum taken from the activations, dsum, and the rest above).
+  // waits on.
   __m512 acc[NT][2];
   __m256 min_acc[NT];
   for (int j = 0; j < NT; ++j) {
@@ -969,7 +943,7 @@ STREAMLLM_AVX512 inline void transpose16x16(const float* src, std::size_t src_ld
 // dst[j][i] = src[i][j], 16 x 16 blocks in registers, the edges element by element.
 // Along dst's rows first: the tiles' results (dst: y, tokens x outputs, in
 // memory) are written a row's run of lines at a time, not one line in each of
-// 16 rows per step (its share of TinyLlama Q8_0 prefill: 7.5% -> 5.6%).
+// 16 rows per step, which took a larger share of a prefill.
 STREAMLLM_AVX512 inline void transpose_f32(const float* src, std::size_t src_ld, std::size_t rows, std::size_t cols, float* dst,
                                            std::size_t dst_ld) {
   const std::size_t R = rows / 16 * 16, C = cols / 16 * 16;
@@ -1023,9 +997,6 @@ struct GemmBf16 : TransposeBack {
 
 }  // namespace streamllm::kernels::avx512
 
-#ifdef STREAMLLM_POP_DIAGNOSTICS
-#pragma GCC diagnostic pop
-#undef STREAMLLM_POP_DIAGNOSTICS
-#endif
+STREAMLLM_END_AVX512_INTRINSICS
 
 #endif
