@@ -50,7 +50,11 @@ void register_all() {
   for (const char* t : {"f16", "bf16", "q8_0", "q4_0"}) {
     const std::string type = t;
     benchmark::RegisterBenchmark(("BatchedDecode/" + type).c_str(), [type](benchmark::State& s) { batched_decode(s, type); })
-        ->ArgsProduct({{2}, {1, 2, 4, 8, 16}})->ArgNames({"threads", "B"})->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(2);
+        ->ArgsProduct({{2}, {1, 2, 4, 8, 16}})
+        ->ArgNames({"threads", "B"})
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(2);
   }
 }
 

@@ -38,8 +38,8 @@ int threads(const benchmark::State& state) { return static_cast<int>(state.range
 
 // Q8_0x16 and Q4_0x16: the layout a model reads on the AVX-512 path (it
 // interleaves Q8_0 and Q4_0 at load); Q8_0 and Q4_0 as in the file.
-const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16,    DType::Q8_0,   DType::Q4_0,
-                        DType::Q4_K, DType::Q5_K, DType::Q6_K,    DType::Q8_0x16, DType::Q4_0x16};
+const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,    DType::Q4_0,
+                        DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0x16, DType::Q4_0x16};
 
 // args: threads, rows (cols = 2048)
 void gemv(benchmark::State& state, DType t) {
@@ -96,13 +96,21 @@ void register_all() {
   for (DType t : kTypes) {
     const std::string name(dtype_name(t));
     benchmark::RegisterBenchmark(("Gemv/" + name).c_str(), [t](benchmark::State& s) { gemv(s, t); })
-        ->ArgsProduct({{1, 2}, {65536, 5632, 2048, 128}})->ArgNames({"threads", "rows"})->UseRealTime()->Unit(benchmark::kMicrosecond);
+        ->ArgsProduct({{1, 2}, {65536, 5632, 2048, 128}})
+        ->ArgNames({"threads", "rows"})
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
     if (!is_kquant(t))
       benchmark::RegisterBenchmark(("GemvTokens/" + name).c_str(), [t](benchmark::State& s) { gemv_tokens(s, t); })
-          ->ArgsProduct({{1, 2}, {65536, 5632, 256}, {1, 2, 4, 8, 16}})->ArgNames({"threads", "rows", "tokens"})->UseRealTime()
+          ->ArgsProduct({{1, 2}, {65536, 5632, 256}, {1, 2, 4, 8, 16}})
+          ->ArgNames({"threads", "rows", "tokens"})
+          ->UseRealTime()
           ->Unit(benchmark::kMicrosecond);
     benchmark::RegisterBenchmark(("Gemm512/" + name).c_str(), [t](benchmark::State& s) { gemm(s, t); })
-        ->ArgsProduct({{1, 2}})->ArgNames({"threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+        ->ArgsProduct({{1, 2}})
+        ->ArgNames({"threads"})
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
   }
 }
 

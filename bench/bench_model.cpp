@@ -83,9 +83,25 @@ void BM_Decode_Stories110M(benchmark::State& s) { decode(s, stories110m()); }
 
 }  // namespace
 
-BENCHMARK(BM_Prefill_Stories260K)->ArgsProduct({{1, 2}, {128, 512}})->ArgNames({"threads", "tokens"})->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_Decode_Stories260K)->ArgsProduct({{1, 2}, {0, 256}})->ArgNames({"threads", "depth"})->Unit(benchmark::kMicrosecond)->UseManualTime();
-BENCHMARK(BM_Prefill_Stories110M)->ArgsProduct({{1, 2}, {128, 512}})->ArgNames({"threads", "tokens"})->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_Decode_Stories110M)->ArgsProduct({{1, 2}, {0, 256}})->ArgNames({"threads", "depth"})->Unit(benchmark::kMillisecond)->UseManualTime();
+BENCHMARK(BM_Prefill_Stories260K)
+    ->ArgsProduct({{1, 2}, {128, 512}})
+    ->ArgNames({"threads", "tokens"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_Decode_Stories260K)
+    ->ArgsProduct({{1, 2}, {0, 256}})
+    ->ArgNames({"threads", "depth"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseManualTime();
+BENCHMARK(BM_Prefill_Stories110M)
+    ->ArgsProduct({{1, 2}, {128, 512}})
+    ->ArgNames({"threads", "tokens"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_Decode_Stories110M)
+    ->ArgsProduct({{1, 2}, {0, 256}})
+    ->ArgNames({"threads", "depth"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseManualTime();
 
 BENCHMARK_MAIN();

@@ -118,17 +118,17 @@ class OurServer {
 };
 
 struct Answer {
-  double ttft_s = 0;          // to the first chunk with text
+  double ttft_s = 0;  // to the first chunk with text
   std::string text;
-  std::int64_t prefilled = -1;  // the server's timings.prompt_n, when it gives them
+  std::int64_t prefilled = -1;    // the server's timings.prompt_n, when it gives them
   double server_prefill_ms = -1;  // the server's timings.prompt_ms, likewise
 };
 
 // One streaming chat request; the time to first token is the client's: from
 // sending to the first chunk that carries text.
 Answer ask(httplib::Client& client, const json& messages, int max_tokens) {
-  const json body = {{"model", "tinyllama"}, {"messages", messages}, {"max_tokens", max_tokens}, {"temperature", 0},
-                     {"stream", true}, {"stream_options", {{"include_usage", true}}}};
+  const json body = {{"model", "tinyllama"}, {"messages", messages}, {"max_tokens", max_tokens},
+                     {"temperature", 0},     {"stream", true},       {"stream_options", {{"include_usage", true}}}};
   Answer a;
   std::string buffer;
   const auto start = Clock::now();
@@ -162,7 +162,8 @@ Answer ask(httplib::Client& client, const json& messages, int max_tokens) {
   };
   const auto res = client.send(req);
   if (!res || res->status != 200)
-    throw std::runtime_error("bench_server: the request failed (" + (res ? std::to_string(res->status) : std::string("no answer")) + ")");
+    throw std::runtime_error("bench_server: the request failed (" +
+                             (res ? std::to_string(res->status) : std::string("no answer")) + ")");
   return a;
 }
 
@@ -257,8 +258,7 @@ void chat_turns_peer(benchmark::State& state) {
   const auto p = peer();
   if (!p) {
     state.SkipWithError("set STREAMLLM_BENCH_PEER=host:port to measure another server on the same turns");
-    for (auto _ : state) {
-    }
+    for (auto _ : state) {}
     return;
   }
   omp_set_num_threads(2);
@@ -287,7 +287,8 @@ void shared_system_prompt(benchmark::State& state) {
       threads.emplace_back([&, c] {
         httplib::Client client("127.0.0.1", srv.port());
         client.set_read_timeout(600, 0);
-        const json messages = json::array({{{"role", "system"}, {"content", system}}, {{"role", "user"}, {"content", questions[c]}}});
+        const json messages =
+            json::array({{{"role", "system"}, {"content", system}}, {{"role", "user"}, {"content", questions[c]}}});
         ttft[static_cast<std::size_t>(c)] = ask(client, messages, 8).ttft_s;
       });
     for (auto& t : threads) t.join();
@@ -309,10 +310,19 @@ BENCHMARK(chat_turns)
     ->Unit(benchmark::kMillisecond)
     ->Iterations(1);
 BENCHMARK(chat_turns_peer)
-    ->Arg(250)->Arg(500)->Arg(1000)->Arg(2000)
+    ->Arg(250)
+    ->Arg(500)
+    ->Arg(1000)
+    ->Arg(2000)
     ->ArgNames({"history"})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond)
     ->Iterations(1);
-BENCHMARK(shared_system_prompt)->Arg(1)->Arg(0)->ArgNames({"sharing"})->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK(shared_system_prompt)
+    ->Arg(1)
+    ->Arg(0)
+    ->ArgNames({"sharing"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
 BENCHMARK_MAIN();

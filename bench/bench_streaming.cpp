@@ -87,7 +87,8 @@ void BM_SinkWindowDecode(benchmark::State& state) {
   cache.skip_to(position);
   for (auto _ : state) {
     const auto t0 = Clock::now();
-    for (int i = 0; i < kSteps; ++i) benchmark::DoNotOptimize(model().decode(ids[1024 + static_cast<std::size_t>(i)], cache).data());
+    for (int i = 0; i < kSteps; ++i)
+      benchmark::DoNotOptimize(model().decode(ids[1024 + static_cast<std::size_t>(i)], cache).data());
     state.SetIterationTime(seconds_since(t0));
   }
   state.SetItemsProcessed(state.iterations() * kSteps);
@@ -111,9 +112,23 @@ void BM_SlidingWindowRecompute(benchmark::State& state) {
 
 }  // namespace
 
-BENCHMARK(BM_TurnTTFT_KVReuse)->ArgsProduct({{1, 2}, {500, 1000}})->ArgNames({"threads", "history"})->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
-BENCHMARK(BM_TurnTTFT_Recompute)->ArgsProduct({{1, 2}, {500, 1000}})->ArgNames({"threads", "history"})->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
-BENCHMARK(BM_SinkWindowDecode)->ArgsProduct({{1, 2}, {1000, 100000, 1000000}})->ArgNames({"threads", "position"})->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TurnTTFT_KVReuse)
+    ->ArgsProduct({{1, 2}, {500, 1000}})
+    ->ArgNames({"threads", "history"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(5);
+BENCHMARK(BM_TurnTTFT_Recompute)
+    ->ArgsProduct({{1, 2}, {500, 1000}})
+    ->ArgNames({"threads", "history"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(5);
+BENCHMARK(BM_SinkWindowDecode)
+    ->ArgsProduct({{1, 2}, {1000, 100000, 1000000}})
+    ->ArgNames({"threads", "position"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_SlidingWindowRecompute)->ArgsProduct({{1, 2}})->ArgNames({"threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
 
 BENCHMARK_MAIN();

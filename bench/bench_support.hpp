@@ -69,7 +69,7 @@ std::string random_llama2c_model(const std::string& name) {
   at += L * D + L * (2 * D * D + 2 * KV * D);
   std::fill_n(w.begin() + static_cast<std::ptrdiff_t>(at), L * D, 1.0f);  // rms_ffn
   at += L * D + L * 3 * H * D;
-  std::fill_n(w.begin() + static_cast<std::ptrdiff_t>(at), D, 1.0f);      // rms_final
+  std::fill_n(w.begin() + static_cast<std::ptrdiff_t>(at), D, 1.0f);  // rms_final
   streamllm::io::write_llama2c(path.string(), s, true, w);
   return path.string();
 }
@@ -232,7 +232,8 @@ inline streamllm::Llama<streamllm::presets::TinyLlama1B>& tinyllama(const std::s
   static std::unique_ptr<streamllm::Llama<Tiny>> m;
   if (loaded != type) {
     m.reset();
-    m = std::make_unique<streamllm::Llama<Tiny>>(streamllm::load_llama<Tiny>(random_gguf_model<Tiny>("tinyllama", type), load_mode()));
+    m = std::make_unique<streamllm::Llama<Tiny>>(
+        streamllm::load_llama<Tiny>(random_gguf_model<Tiny>("tinyllama", type), load_mode()));
     loaded = type;
     streamllm::KVCache<Tiny> warm(8);
     const std::vector<streamllm::TokenId> ids{1, 2, 3};

@@ -110,16 +110,29 @@ void register_all() {
   for (const char* t : {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k_m", "q5_k_m", "q5_0"}) {
     const std::string type = t;
     benchmark::RegisterBenchmark(("Prefill/" + type).c_str(), [type](benchmark::State& s) { prefill(s, type); })
-        ->ArgsProduct({{1, 2}, {128, 512}})->ArgNames({"threads", "tokens"})->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(2);
+        ->ArgsProduct({{1, 2}, {128, 512}})
+        ->ArgNames({"threads", "tokens"})
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime()
+        ->Iterations(2);
     benchmark::RegisterBenchmark(("Decode/" + type).c_str(), [type](benchmark::State& s) { decode(s, type); })
-        ->Args({1, 0, 128})->Args({2, 0, 128})->Args({1, 1024, 32})->Args({2, 1024, 32})
-        ->ArgNames({"threads", "depth", "steps"})->Unit(benchmark::kMillisecond)->UseManualTime()->Iterations(1);
+        ->Args({1, 0, 128})
+        ->Args({2, 0, 128})
+        ->Args({1, 1024, 32})
+        ->Args({2, 1024, 32})
+        ->ArgNames({"threads", "depth", "steps"})
+        ->Unit(benchmark::kMillisecond)
+        ->UseManualTime()
+        ->Iterations(1);
   }
   for (const char* t : {"f16", "q8_0", "q4_0", "q4_k_m"}) {
     const std::string type = t;
     benchmark::RegisterBenchmark(("Turn/" + type).c_str(), [type](benchmark::State& s) { turn(s, type); })
-        ->ArgsProduct({{2}, {256}, {8, 12, 16, 18, 24, 40, 72}})->ArgNames({"threads", "depth", "tokens"})->Unit(benchmark::kMillisecond)
-        ->UseManualTime()->Iterations(4);
+        ->ArgsProduct({{2}, {256}, {8, 12, 16, 18, 24, 40, 72}})
+        ->ArgNames({"threads", "depth", "tokens"})
+        ->Unit(benchmark::kMillisecond)
+        ->UseManualTime()
+        ->Iterations(4);
   }
 }
 

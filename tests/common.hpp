@@ -25,8 +25,10 @@ inline std::filesystem::path data_dir() {
   const char* env = std::getenv("STREAMLLM_DATA_DIR");
   std::filesystem::path dir = env && *env ? env : STREAMLLM_DEFAULT_DATA_DIR;
   if (dir.empty() || !std::filesystem::exists(dir / "models"))
-    FAIL("test data not found: set STREAMLLM_DATA_DIR (or the CMake cache variable) to the folder "
-         "holding models/ and golden/; tried '" << dir.string() << "'");
+    FAIL(
+        "test data not found: set STREAMLLM_DATA_DIR (or the CMake cache variable) to the folder "
+        "holding models/ and golden/; tried '"
+        << dir.string() << "'");
   return dir;
 }
 inline std::string model_path(const std::string& name) { return (data_dir() / "models" / name).string(); }
@@ -161,8 +163,14 @@ inline streamllm::GenerationOptions greedy(int n, bool stop_at_eos = false) {
 }
 
 // The user turns of the multi-turn chat tests (library, scheduler and server).
-inline constexpr const char* kTurns[] = {"Tell me a story about a cat.", "What did the cat do next?", "Was the dog happy?",
-                                         "Where did they go?",           "And then?",                 "Who did they meet?",
-                                         "Was it sunny?",                "What did Lily say?",        "How did it end?",
+inline constexpr const char* kTurns[] = {"Tell me a story about a cat.",
+                                         "What did the cat do next?",
+                                         "Was the dog happy?",
+                                         "Where did they go?",
+                                         "And then?",
+                                         "Who did they meet?",
+                                         "Was it sunny?",
+                                         "What did Lily say?",
+                                         "How did it end?",
                                          "Tell me another one."};
 }  // namespace test

@@ -129,7 +129,9 @@ class RawSocket {
   RawSocket(const RawSocket&) = delete;
   RawSocket& operator=(const RawSocket&) = delete;
 
-  bool send(std::string_view data) { return ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(data.size()); }
+  bool send(std::string_view data) {
+    return ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(data.size());
+  }
   // Reads until the peer closes, `until` appears, or the time is up.
   std::string read(std::chrono::milliseconds limit, const std::string& until = {}) {
     std::string got;

@@ -14,8 +14,8 @@
 #include "streamllm/io/convert.hpp"
 
 using namespace streamllm;
-using test::Stories;
 using test::scratch;
+using test::Stories;
 
 namespace {
 
@@ -67,8 +67,8 @@ TEST_CASE("a truncated model file is an error that says how much is missing", "[
   const auto full = bytes.size();
   bytes.resize(full - 1000);
   const auto path = write_file("truncated.bin", bytes);
-  REQUIRE_THAT(load_error(path), Catch::Contains(path) && Catch::Contains("truncated") &&
-                                     Catch::Contains(std::to_string(full)) && Catch::Contains(std::to_string(full - 1000)));
+  REQUIRE_THAT(load_error(path), Catch::Contains(path) && Catch::Contains("truncated") && Catch::Contains(std::to_string(full)) &&
+                                     Catch::Contains(std::to_string(full - 1000)));
   bytes.resize(10);  // not even a header
   const auto tiny = write_file("tiny.bin", bytes);
   REQUIRE_THAT(load_error(tiny), Catch::Contains("truncated") && Catch::Contains("header"));
@@ -99,8 +99,8 @@ TEST_CASE("negative or zero dimensions in a header are errors", "[errors]") {
       if (field == 5 && value < 0) continue;  // negative vocab means "separate classifier"
       const auto path = with_header_field("dims.bin", field, value);
       INFO("field " << names[field] << " = " << value);
-      REQUIRE_THAT(load_error(path), Catch::Contains(path) && Catch::Contains(names[field]) &&
-                                         Catch::Contains(std::to_string(value)));
+      REQUIRE_THAT(load_error(path),
+                   Catch::Contains(path) && Catch::Contains(names[field]) && Catch::Contains(std::to_string(value)));
     }
   }
 }
@@ -116,7 +116,8 @@ TEST_CASE("token ids out of range are rejected before any state changes", "[erro
   REQUIRE(cache.size() == 1);
 }
 
-TEST_CASE("a Llama is one thread's at a time, and threads with their own over the same weights run alongside", "[errors][threads]") {
+TEST_CASE("a Llama is one thread's at a time, and threads with their own over the same weights run alongside",
+          "[errors][threads]") {
   auto model = load_llama<Stories>(test::model_path("stories260K.bin"));
   std::vector<TokenId> prompt(200);
   for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<TokenId>(1 + (i * 37) % 500);
@@ -217,7 +218,8 @@ struct PoisonedEmbedding {
     constexpr std::int64_t V = Stories::Vocab, D = Stories::Dim;
     table.resize(static_cast<std::size_t>(V * D));
     for (std::int64_t r = 0; r < V; ++r) kernels::dequantize_row(source.token_embedding, r, table.data() + r * D);
-    for (std::int64_t c = 0; c < D; ++c) table[static_cast<std::size_t>(poisoned * D + c)] = std::numeric_limits<float>::quiet_NaN();
+    for (std::int64_t c = 0; c < D; ++c)
+      table[static_cast<std::size_t>(poisoned * D + c)] = std::numeric_limits<float>::quiet_NaN();
     weights.token_embedding = TensorView::dense(DType::F32, reinterpret_cast<const std::byte*>(table.data()), V, D);
   }
 };

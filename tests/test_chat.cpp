@@ -4,10 +4,10 @@
 #include "streamllm/chat.hpp"
 
 using namespace streamllm;
-using test::Stories;
-using test::model;
-using test::tok;
 using test::greedy;
+using test::model;
+using test::Stories;
+using test::tok;
 
 namespace {
 
@@ -34,7 +34,10 @@ TEST_CASE("a turn is BOS + [INST] ... [/INST], with the system prompt in the fir
 }
 
 TEST_CASE("turn 2 with KV reuse gives the logits of a fresh prefill of the whole history", "[chat]") {
-  struct Case { const char* name; int sinks, window; };
+  struct Case {
+    const char* name;
+    int sinks, window;
+  };
   for (const Case c : {Case{"dense", -1, 0}, Case{"sink+window 4+60", 4, 60}, Case{"window only 0+48", 0, 48}}) {
     auto make = [&] { return c.sinks < 0 ? dense() : sink_window(c.sinks, c.window); };
     ChatSession<Stories> chat(model(), tok(), make(), "Be kind.");
@@ -76,8 +79,9 @@ TEST_CASE("an empty turn, a turn too long for a dense cache, and a stop leave th
   REQUIRE(chat.turns().back().answer.back() == tok().eos());
   REQUIRE(chat.history_tokens() == chat.history().size());
 
-  REQUIRE_THROWS_WITH(chat.ask("Again.", greedy(100, true), [](std::string_view) -> bool { throw std::runtime_error("client gone"); }),
-                      Catch::Contains("client gone"));
+  REQUIRE_THROWS_WITH(
+      chat.ask("Again.", greedy(100, true), [](std::string_view) -> bool { throw std::runtime_error("client gone"); }),
+      Catch::Contains("client gone"));
   REQUIRE(chat.history_tokens() == chat.history().size());
 
   const auto ok = chat.ask("And then?", greedy(20, true), nullptr);

@@ -2,11 +2,10 @@
 #include "common.hpp"
 
 using namespace streamllm;
-using test::Stories;
-using test::model;
-using test::tok;
 using test::greedy;
-
+using test::model;
+using test::Stories;
+using test::tok;
 
 TEST_CASE("greedy generation streams each golden's text exactly, piece by piece", "[generate][golden]") {
   for (const auto& g : test::goldens("dense")) {
@@ -16,8 +15,10 @@ TEST_CASE("greedy generation streams each golden's text exactly, piece by piece"
       auto opt = greedy(n);
       opt.echo_prompt = echo;
       std::vector<std::string> pieces;
-      const auto res = generate(model(), tok(), cache, std::span<const TokenId>(g.prompt_ids), opt,
-                                [&](std::string_view p) { pieces.emplace_back(p); return true; });
+      const auto res = generate(model(), tok(), cache, std::span<const TokenId>(g.prompt_ids), opt, [&](std::string_view p) {
+        pieces.emplace_back(p);
+        return true;
+      });
       INFO(g.name << (echo ? " with" : " without") << " the prompt echoed");
       REQUIRE(res.tokens == std::vector<TokenId>(g.ids.begin() + static_cast<std::ptrdiff_t>(g.prompt_ids.size()), g.ids.end()));
       REQUIRE(res.stop == StopReason::MaxTokens);
@@ -44,8 +45,7 @@ TEST_CASE("generation stops when the callback asks, at a stop token, and when th
   {
     KVCache<Stories> cache;
     int calls = 0;
-    const auto res = generate(model(), tok(), cache, prompt, greedy(100),
-                              [&](std::string_view) { return ++calls < 3; });
+    const auto res = generate(model(), tok(), cache, prompt, greedy(100), [&](std::string_view) { return ++calls < 3; });
     REQUIRE(res.stop == StopReason::Cancelled);
     REQUIRE(calls == 3);
     REQUIRE(res.tokens.size() == 3);
@@ -75,8 +75,14 @@ TEST_CASE("seeded sampling generates the same text twice", "[generate][sampler]"
   opt.sampling.seed = 2024;
   std::string a, b;
   KVCache<Stories> c1, c2;
-  generate(model(), tok(), c1, "Lily liked", opt, [&](std::string_view p) { a += p; return true; });
-  generate(model(), tok(), c2, "Lily liked", opt, [&](std::string_view p) { b += p; return true; });
+  generate(model(), tok(), c1, "Lily liked", opt, [&](std::string_view p) {
+    a += p;
+    return true;
+  });
+  generate(model(), tok(), c2, "Lily liked", opt, [&](std::string_view p) {
+    b += p;
+    return true;
+  });
   REQUIRE(a == b);
   REQUIRE(a.size() > 20);
 }

@@ -15,8 +15,8 @@
 #include "streamllm/io/gguf_writer.hpp"
 
 using namespace streamllm;
-using test::Stories;
 using test::scratch;
+using test::Stories;
 
 namespace {
 
@@ -67,8 +67,8 @@ GoldenRun run_golden(Llama<Stories>& m, const test::Golden& g, float tol) {
 TEST_CASE("llama.cpp's stories260K GGUF files reproduce the dense goldens", "[gguf][golden]") {
   // F32 within the golden tolerance; F16/BF16 weights round each weight by
   // 2^-11 / 2^-8 relative, which moves logits by up to the stated tolerances.
-  const std::pair<const char*, float> files[] = {{"stories260K-F32.gguf", 1e-3f}, {"stories260K-F16.gguf", 0.02f},
-                                                 {"stories260K-BF16.gguf", 0.15f}};
+  const std::pair<const char*, float> files[] = {
+      {"stories260K-F32.gguf", 1e-3f}, {"stories260K-F16.gguf", 0.02f}, {"stories260K-BF16.gguf", 0.15f}};
   for (const auto& [file, tol] : files) {
     auto m = load_llama<Stories>(test::model_path(file));
     for (const auto& g : test::goldens("dense")) {
@@ -152,10 +152,33 @@ TEST_CASE("GGUF written by our converter round-trips through our reader", "[gguf
 TEST_CASE("the tokenizer built from GGUF metadata encodes 1000 strings as the .model file does", "[gguf][tokenizer]") {
   // ASCII, accented and CJK text, emoji (byte fallback), and runs of
   // spaces, tabs and newlines, which the two normalizers treat differently.
-  const std::vector<std::string> parts = {"Once", " upon", " a time", "  ", "   ", "\t", "\n", "\n\n", " \n ", "caf\xc3\xa9",
-                                          " na\xc3\xafve", "\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e", "\xf0\x9f\xa6\x99", "\xf0\x9f\x98\x80!",
-                                          "Zo\xc3\xab", " 12345", "3.14", "don't", "\"quoted\"", " \xe2\x80\x94 ", "x", "  end  ",
-                                          "\xc3\x9f\xc3\xa6\xc3\xb8", "<s>", "</s>", "[INST]", "\xd0\x9f\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82"};
+  const std::vector<std::string> parts = {"Once",
+                                          " upon",
+                                          " a time",
+                                          "  ",
+                                          "   ",
+                                          "\t",
+                                          "\n",
+                                          "\n\n",
+                                          " \n ",
+                                          "caf\xc3\xa9",
+                                          " na\xc3\xafve",
+                                          "\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e",
+                                          "\xf0\x9f\xa6\x99",
+                                          "\xf0\x9f\x98\x80!",
+                                          "Zo\xc3\xab",
+                                          " 12345",
+                                          "3.14",
+                                          "don't",
+                                          "\"quoted\"",
+                                          " \xe2\x80\x94 ",
+                                          "x",
+                                          "  end  ",
+                                          "\xc3\x9f\xc3\xa6\xc3\xb8",
+                                          "<s>",
+                                          "</s>",
+                                          "[INST]",
+                                          "\xd0\x9f\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82"};
   const std::pair<const char*, const char*> pairs[] = {{"ggml-vocab-llama-spm.gguf", "tokenizer.model"},
                                                        {"stories260K-F32.gguf", "tok512.model"}};
   for (const auto& [gguf, model] : pairs) {
@@ -257,7 +280,11 @@ TEST_CASE("quantised weights stay close to the f32 model", "[gguf][convert][quan
   auto padded_f32 = load_llama<Padded>((scratch() / "padded.bin").string());
   const auto goldens = test::goldens("dense");
 
-  struct Row { const char* type; float max_err; double agree; };
+  struct Row {
+    const char* type;
+    float max_err;
+    double agree;
+  };
   std::vector<Row> table;
   for (const char* type : {"f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "q5_k_m", "q4_k_m"}) {
     for (bool pad : {false, true}) {
@@ -304,8 +331,20 @@ TEST_CASE("quantised weights stay close to the f32 model", "[gguf][convert][quan
       // sensitive layers' attn_v.
       const std::string t = type;
       const bool five = t == "q5_0" || t == "q5_1" || t == "q5_k_m" || t == "q4_k_m";
-      const float err_bound = t == "f32" ? 1e-4f : t == "f16" ? 0.05f : t == "bf16" ? 0.3f : t == "q8_0" ? 0.8f : five ? 4.5f : t == "q4_1" ? 9.0f : 12.0f;
-      const double agree_bound = t == "f32" ? 1.0 : t == "f16" ? 0.99 : t == "bf16" ? 0.95 : t == "q8_0" ? 0.97 : five ? 0.9 : t == "q4_1" ? 0.85 : 0.8;
+      const float err_bound = t == "f32"    ? 1e-4f
+                              : t == "f16"  ? 0.05f
+                              : t == "bf16" ? 0.3f
+                              : t == "q8_0" ? 0.8f
+                              : five        ? 4.5f
+                              : t == "q4_1" ? 9.0f
+                                            : 12.0f;
+      const double agree_bound = t == "f32"    ? 1.0
+                                 : t == "f16"  ? 0.99
+                                 : t == "bf16" ? 0.95
+                                 : t == "q8_0" ? 0.97
+                                 : five        ? 0.9
+                                 : t == "q4_1" ? 0.85
+                                               : 0.8;
       INFO(type << (pad ? " padded" : ""));
       REQUIRE(max_err <= err_bound);
       REQUIRE(share >= agree_bound);
@@ -322,7 +361,8 @@ struct GgufBytes {
   GgufBytes() {
     const auto path = (scratch() / "valid.gguf").string();
     if (!std::filesystem::exists(path))
-      io::convert_llama2c_to_gguf(test::model_path("stories260K.bin"), test::model_path("tok512.model"), path, io::ConvertRecipe::F32);
+      io::convert_llama2c_to_gguf(test::model_path("stories260K.bin"), test::model_path("tok512.model"), path,
+                                  io::ConvertRecipe::F32);
     std::ifstream in(path, std::ios::binary);
     b.assign(std::istreambuf_iterator<char>(in), {});
   }
@@ -332,7 +372,9 @@ struct GgufBytes {
     return static_cast<std::size_t>(it - b.begin());
   }
   template <class T>
-  void put(std::size_t at, T v) { std::memcpy(b.data() + at, &v, sizeof v); }
+  void put(std::size_t at, T v) {
+    std::memcpy(b.data() + at, &v, sizeof v);
+  }
   // Where the fields of tensor `name`'s info start (just after its name).
   std::size_t info(const std::string& name) const { return find(name) + name.size(); }
   std::string save(const std::string& file) const {
@@ -357,7 +399,11 @@ std::string gguf_error(const std::string& path) {
 TEST_CASE("corrupt GGUF files are errors that say what is wrong", "[gguf][errors]") {
   const GgufBytes valid;
   REQUIRE_NOTHROW(load_llama<Stories>(valid.save("ok.gguf")));
-  struct Case { const char* name; std::function<void(GgufBytes&)> breakit; const char* message; };
+  struct Case {
+    const char* name;
+    std::function<void(GgufBytes&)> breakit;
+    const char* message;
+  };
   const std::vector<Case> cases = {
       {"wrong magic", [](GgufBytes& g) { std::memcpy(g.b.data(), "GGML", 4); }, "not a GGUF file: the magic is 'GGML'"},
       {"unknown version", [](GgufBytes& g) { g.put<std::uint32_t>(4, 7); }, "unknown GGUF version 7"},
@@ -380,7 +426,8 @@ TEST_CASE("corrupt GGUF files are errors that say what is wrong", "[gguf][errors
        "tensor 'blk.0.attn_q.weight' data offset 1000003 is not a multiple of the alignment 32"},
       {"unknown tensor type", [](GgufBytes& g) { g.put<std::uint32_t>(g.info("blk.1.ffn_up.weight") + 4 + 16, 99); },
        "tensor 'blk.1.ffn_up.weight' has type 99"},
-      {"a GGUF type streamllm does not read (Q2_K)", [](GgufBytes& g) { g.put<std::uint32_t>(g.info("blk.1.ffn_up.weight") + 4 + 16, 10); },
+      {"a GGUF type streamllm does not read (Q2_K)",
+       [](GgufBytes& g) { g.put<std::uint32_t>(g.info("blk.1.ffn_up.weight") + 4 + 16, 10); },
        "has type 10, which streamllm does not read"},
       {"duplicate tensor", [](GgufBytes& g) { std::memcpy(g.b.data() + g.find("blk.3.attn_k.weight"), "blk.3.attn_q", 12); },
        "tensor 'blk.3.attn_q.weight' appears twice"},
@@ -392,7 +439,8 @@ TEST_CASE("corrupt GGUF files are errors that say what is wrong", "[gguf][errors
        "tensor 'blk.0.attn_v.weight' has an impossible dimension 0"},
       {"unknown metadata type", [](GgufBytes& g) { g.put<std::uint32_t>(g.find("general.architecture") + 20, 77); },
        "metadata 'general.architecture' has unknown value type 77"},
-      {"another architecture", [](GgufBytes& g) { std::memcpy(g.b.data() + g.find("llama", g.find("general.architecture")), "gpt2x", 5); },
+      {"another architecture",
+       [](GgufBytes& g) { std::memcpy(g.b.data() + g.find("llama", g.find("general.architecture")), "gpt2x", 5); },
        "architecture is 'gpt2x'"},
   };
   for (const auto& c : cases) {
@@ -416,7 +464,9 @@ TEST_CASE("tokenizer metadata and hyper-parameters outside their domain are erro
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
   // Element i of a metadata array of 4-byte numbers: after the key, its value
   // type, the element type and the count.
-  auto element = [](const GgufBytes& g, const std::string& key, std::size_t i) { return g.find(key) + key.size() + 4 + 4 + 8 + 4 * i; };
+  auto element = [](const GgufBytes& g, const std::string& key, std::size_t i) {
+    return g.find(key) + key.size() + 4 + 4 + 8 + 4 * i;
+  };
   auto scalar = [](const GgufBytes& g, const std::string& key) { return g.find(key) + key.size() + 4; };
   auto tokenizer_error = [](const std::string& path) -> std::string {
     try {
@@ -430,8 +480,9 @@ TEST_CASE("tokenizer metadata and hyper-parameters outside their domain are erro
     GgufBytes g = valid;
     g.put<std::int32_t>(element(g, "tokenizer.ggml.token_type", 7), bad);
     const auto path = g.save("types.gguf");
-    REQUIRE_THAT(tokenizer_error(path), Catch::Contains(path) && Catch::Contains("tokenizer.ggml.token_type[7] is " + std::to_string(bad) +
-                                                                               ", not a token type (0-6)"));
+    REQUIRE_THAT(tokenizer_error(path),
+                 Catch::Contains(path) &&
+                     Catch::Contains("tokenizer.ggml.token_type[7] is " + std::to_string(bad) + ", not a token type (0-6)"));
   }
   for (float bad : {nan, inf}) {
     GgufBytes g = valid;
@@ -453,7 +504,8 @@ TEST_CASE("tokenizer metadata and hyper-parameters outside their domain are erro
   }
 }
 
-TEST_CASE("a SentencePiece .model with a piece type or special id out of range is an error naming it", "[gguf][tokenizer][errors]") {
+TEST_CASE("a SentencePiece .model with a piece type or special id out of range is an error naming it",
+          "[gguf][tokenizer][errors]") {
   const auto sp = io::SentencePieceModel::read(test::model_path("tok512.model"));
   auto error_of = [](io::SentencePieceModel m) -> std::string {
     try {

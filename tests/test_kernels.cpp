@@ -42,8 +42,7 @@ TEST_CASE("dot equals its scalar twin on odd sizes", "[kernels]") {
   for (std::size_t n : kOddSizes) {
     const auto a = random_vector(n, 1), b = random_vector(n, 2);
     INFO("n = " << n);
-    REQUIRE(k::dot(a.data(), b.data(), n) ==
-            Approx(k::scalar::dot(a.data(), b.data(), n)).epsilon(1e-5).margin(1e-5));
+    REQUIRE(k::dot(a.data(), b.data(), n) == Approx(k::scalar::dot(a.data(), b.data(), n)).epsilon(1e-5).margin(1e-5));
   }
 }
 
@@ -112,8 +111,8 @@ TEST_CASE("RoPE tables rotate as the textbook formula does, at any position", "[
   for (int head_dim : {2, 6, 8, 64, 128}) {
     const k::Rope rope(head_dim, 10000.0);
     std::vector<float> cosx(static_cast<std::size_t>(rope.table_len())), sinx(cosx.size());
-    for (std::int64_t pos : {std::int64_t(0), std::int64_t(1), std::int64_t(37), std::int64_t(511),
-                             std::int64_t(123457), std::int64_t(9999991)}) {
+    for (std::int64_t pos :
+         {std::int64_t(0), std::int64_t(1), std::int64_t(37), std::int64_t(511), std::int64_t(123457), std::int64_t(9999991)}) {
       const std::size_t n = static_cast<std::size_t>(head_dim) * 5;  // five heads
       auto got = random_vector(n, 10), want = got, twin = got;
       rope.table(pos, cosx.data(), sinx.data());
@@ -184,7 +183,8 @@ std::vector<float> attend_reference(const float* q, const float* q_sink, const s
   std::vector<float> out(HD);
   for (int i = 0; i < HD; ++i) {
     double o = 0;
-    for (std::size_t j = 0; j < keys.size(); ++j) o += s[j] * V[static_cast<std::size_t>(keys[j]) * stride + static_cast<std::size_t>(i)];
+    for (std::size_t j = 0; j < keys.size(); ++j)
+      o += s[j] * V[static_cast<std::size_t>(keys[j]) * stride + static_cast<std::size_t>(i)];
     out[static_cast<std::size_t>(i)] = static_cast<float>(o / sum);
   }
   return out;
@@ -198,7 +198,9 @@ void check_tiled_attention() {
   const std::int64_t n_keys = 100;
   const auto K = random_vector(static_cast<std::size_t>(n_keys) * stride, 13, 2.0f);
   const auto V = random_vector(static_cast<std::size_t>(n_keys) * stride, 14);
-  struct Rule { std::int64_t S, W; };
+  struct Rule {
+    std::int64_t S, W;
+  };
   for (const Rule rule : {Rule{0, streamllm::kUnboundedWindow}, Rule{2, 20}, Rule{0, 7}}) {
     for (int rows : {1, 5, 16}) {
       const std::int64_t first = n_keys - rows;
@@ -231,10 +233,13 @@ void check_tiled_attention() {
           const int kvh = h / G;
           const std::size_t at = static_cast<std::size_t>(r) * qld + static_cast<std::size_t>(h * HD);
           std::vector<float> Kh(K.size()), Vh(V.size());
-          const auto want = attend_reference<HD>(q.data() + at, q_sink.data() + at, std::vector<float>(K.begin() + kvh * HD, K.end()),
-                                                 std::vector<float>(V.begin() + kvh * HD, V.end()), stride, n_keys, first + r, rule.S, rule.W);
-          const std::vector<float> got(out.begin() + static_cast<std::ptrdiff_t>(at), out.begin() + static_cast<std::ptrdiff_t>(at) + HD);
-          INFO("head_dim " << HD << " rows " << rows << " row " << r << " head " << h << " sinks " << rule.S << " window " << rule.W);
+          const auto want =
+              attend_reference<HD>(q.data() + at, q_sink.data() + at, std::vector<float>(K.begin() + kvh * HD, K.end()),
+                                   std::vector<float>(V.begin() + kvh * HD, V.end()), stride, n_keys, first + r, rule.S, rule.W);
+          const std::vector<float> got(out.begin() + static_cast<std::ptrdiff_t>(at),
+                                       out.begin() + static_cast<std::ptrdiff_t>(at) + HD);
+          INFO("head_dim " << HD << " rows " << rows << " row " << r << " head " << h << " sinks " << rule.S << " window "
+                           << rule.W);
           require_close(got, want, 1e-5f);
         }
     }
@@ -242,7 +247,8 @@ void check_tiled_attention() {
 }
 }  // namespace
 
-TEST_CASE("tiled attention equals the textbook form, across key blocks, segments, rows, sinks and windows", "[kernels][attention]") {
+TEST_CASE("tiled attention equals the textbook form, across key blocks, segments, rows, sinks and windows",
+          "[kernels][attention]") {
   check_tiled_attention<16>();  // whole vectors of head dimension (AVX-512: the vector score path)
   check_tiled_attention<8>();   // fewer than a vector: scalar scores, or keys along the lanes for 16+ queries
   check_tiled_attention<12>();  // not a whole number of vectors on any path

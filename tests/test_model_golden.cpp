@@ -7,15 +7,14 @@
 #include "common.hpp"
 
 using namespace streamllm;
-using test::Stories;
 using test::kGoldenTolerance;
 using test::model;
+using test::Stories;
 
 namespace {
 
 // Batched prefill and one-token decode differ only in summation order.
 constexpr float kPrefillVsDecodeTolerance = 1e-4f;
-
 
 // Feeds ids[from..steps) one token at a time after the cache already holds
 // ids[0..from); checks recorded logits and, past the prompt, that each argmax

@@ -6,10 +6,10 @@
 #include "common.hpp"
 
 using namespace streamllm;
-using test::Stories;
-using test::model;
-using test::tok;
 using test::kTurns;
+using test::model;
+using test::Stories;
+using test::tok;
 
 namespace {
 using Role = ChatMessage::Role;
@@ -105,8 +105,10 @@ TEST_CASE("a saved cache loads back to bit-equal logits; other files are refused
   const auto ids = golden_ids(90);
   for (bool ring : {false, true}) {
     std::unique_ptr<KVCacheBase<Stories>> cache;
-    if (ring) cache = std::make_unique<DynamicSinkWindowKVCache<Stories>>(4, 40);
-    else cache = std::make_unique<KVCache<Stories>>(200);
+    if (ring)
+      cache = std::make_unique<DynamicSinkWindowKVCache<Stories>>(4, 40);
+    else
+      cache = std::make_unique<KVCache<Stories>>(200);
     model().prefill(ids, *cache);
     const std::string path = (dir.path() / (ring ? "ring.slkv" : "dense.slkv")).string();
     save_cache(path, *cache, ids, model().fingerprint(), "a note");
@@ -139,8 +141,7 @@ TEST_CASE("a saved cache loads back to bit-equal logits; other files are refused
                       Catch::Contains("truncated"));
   REQUIRE_THROWS_WITH(load_cache<Stories>(variant("tiny", bytes.substr(0, 30)), model().fingerprint()),
                       Catch::Contains("truncated"));
-  REQUIRE_THROWS_WITH(load_cache<Stories>(variant("version", version), model().fingerprint()),
-                      Catch::Contains("version 9"));
+  REQUIRE_THROWS_WITH(load_cache<Stories>(variant("version", version), model().fingerprint()), Catch::Contains("version 9"));
   REQUIRE_THROWS_WITH(load_cache<Stories>(variant("magic", "not a cache file at all, not at all, no"), model().fingerprint()),
                       Catch::Contains("bad magic"));
   // Another model: llama.cpp's F16 file of the same network has other weights' bytes.
@@ -166,15 +167,17 @@ TEST_CASE("a ten-turn chat through the scheduler reuses each turn's cache and an
     const auto got = api.turn(kTurns[i], 20);
     INFO("turn " << i + 1);
     REQUIRE(got.text == chat.turns().back().answer_text);
-    REQUIRE(got.tokens == std::vector<TokenId>(chat.turns().back().answer.begin(),
-                                               chat.turns().back().answer.begin() + static_cast<std::ptrdiff_t>(got.tokens.size())));
+    REQUIRE(got.tokens ==
+            std::vector<TokenId>(chat.turns().back().answer.begin(),
+                                 chat.turns().back().answer.begin() + static_cast<std::ptrdiff_t>(got.tokens.size())));
     REQUIRE(got.cached_tokens == history);  // everything said before this turn
     REQUIRE(got.prefilled_tokens() == chat.turns().back().prompt.size());
   }
   REQUIRE(sched.pool_entries() == 1);
 }
 
-TEST_CASE("a sink+window chat runs 50 turns past its window, each prefilling only its own tokens, in flat memory", "[scheduler][reuse]") {
+TEST_CASE("a sink+window chat runs 50 turns past its window, each prefilling only its own tokens, in flat memory",
+          "[scheduler][reuse]") {
   BatchScheduler<Stories> sched(model(), tok(), pooled(64));
   KnownAnswers known;
   ApiConversation api{sched, {4, 252, 0}, known, {}};
@@ -211,7 +214,8 @@ TEST_CASE("an edited earlier message reuses the cache up to the edit and answers
   edited[2].content = "What did the dog do next?";
   edited.push_back({Role::User, "And then?"});
   const auto prompt = encode_dialog(tok(), edited, &a.known);
-  const std::size_t divergence = common_prefix(prompt, encode_dialog(tok(), std::vector<ChatMessage>(a.messages.begin(), a.messages.begin() + 3), &a.known));
+  const std::size_t divergence =
+      common_prefix(prompt, encode_dialog(tok(), std::vector<ChatMessage>(a.messages.begin(), a.messages.begin() + 3), &a.known));
   REQUIRE(divergence > Llama2ChatTemplate::encode_user_turn(tok(), kTurns[0], "").size());
   BatchScheduler<Stories>::Request r;
   r.prompt = prompt;

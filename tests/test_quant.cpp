@@ -66,7 +66,8 @@ TEST_CASE("half floats convert exactly both ways, as the CPU's F16C does", "[qua
     const float f = f16_to_f32(static_cast<std::uint16_t>(h));
     if (std::isnan(f)) continue;
     REQUIRE(f32_to_f16(f) == h);
-    if (has_f16c()) REQUIRE(std::bit_cast<std::uint32_t>(cpu_f16_to_f32(static_cast<std::uint16_t>(h))) == std::bit_cast<std::uint32_t>(f));
+    if (has_f16c())
+      REQUIRE(std::bit_cast<std::uint32_t>(cpu_f16_to_f32(static_cast<std::uint16_t>(h))) == std::bit_cast<std::uint32_t>(f));
   }
   if (has_f16c()) {
     const auto v = normal(100000, 1, 30000.0f);
@@ -87,9 +88,9 @@ TEST_CASE("each quantiser's round trip stays within its format's step", "[quant]
   const auto w = normal(static_cast<std::size_t>(cols) * 8, 3);
   // Worst error per element relative to the largest magnitude of its block.
   // The affine types (Q4_1, Q5_1) step by (max - min) / levels, at most 2 max|x| / levels.
-  const std::pair<DType, float> bounds[] = {{DType::F16, 1e-3f},     {DType::BF16, 4e-3f},     {DType::Q8_0, 1.0f / 127},
-                                            {DType::Q4_0, 1.0f / 8}, {DType::Q4_1, 1.0f / 14}, {DType::Q5_0, 1.0f / 16},
-                                            {DType::Q5_1, 1.0f / 30}, {DType::Q4_K, 0.15f},   {DType::Q5_K, 0.08f},
+  const std::pair<DType, float> bounds[] = {{DType::F16, 1e-3f},      {DType::BF16, 4e-3f},     {DType::Q8_0, 1.0f / 127},
+                                            {DType::Q4_0, 1.0f / 8},  {DType::Q4_1, 1.0f / 14}, {DType::Q5_0, 1.0f / 16},
+                                            {DType::Q5_1, 1.0f / 30}, {DType::Q4_K, 0.15f},     {DType::Q5_K, 0.08f},
                                             {DType::Q6_K, 1.0f / 16}};
   for (const auto& [t, bound] : bounds) {
     const Matrix m(t, w, 8, cols);
@@ -101,13 +102,13 @@ TEST_CASE("each quantiser's round trip stays within its format's step", "[quant]
         for (int j = 0; j < 32; ++j) amax = std::max(amax, std::abs(w[static_cast<std::size_t>(r * cols + b + j)]));
         for (int j = 0; j < 32; ++j) {
           INFO(dtype_name(t) << " row " << r << " element " << b + j);
-          REQUIRE(std::abs(back[static_cast<std::size_t>(b + j)] - w[static_cast<std::size_t>(r * cols + b + j)]) <= bound * amax + 1e-6f);
+          REQUIRE(std::abs(back[static_cast<std::size_t>(b + j)] - w[static_cast<std::size_t>(r * cols + b + j)]) <=
+                  bound * amax + 1e-6f);
         }
       }
     }
   }
 }
-
 
 TEST_CASE("typed matrix kernels equal the exact product, on both paths and every token count", "[quant][kernels]") {
   // rows odd (partial row groups and tiles, four decode streams of 9 rows and
@@ -137,14 +138,18 @@ TEST_CASE("typed matrix kernels equal the exact product, on both paths and every
             std::vector<float> row(static_cast<std::size_t>(cols));
             quant::dequantize_row(t, m.view.row(r), cols, row.data());
             double s = 0;
-            for (std::int64_t c = 0; c < cols; ++c) s += std::abs(double(row[static_cast<std::size_t>(c)]) * x[j * ldx + static_cast<std::size_t>(c)]);
+            for (std::int64_t c = 0; c < cols; ++c)
+              s += std::abs(double(row[static_cast<std::size_t>(c)]) * x[j * ldx + static_cast<std::size_t>(c)]);
             bound[j * ldy + static_cast<std::size_t>(r)] = static_cast<float>(s);
           }
         // The AVX-512 path with BF16's prefill in bf16 tiles (AMD) and in f32
         // tiles (Intel), whichever this CPU takes.
-        struct Path { k::Isa isa; bool bf16_tiles; };
-        for (const Path path : {Path{k::Isa::Avx512Bf16Vnni, true}, Path{k::Isa::Avx512Bf16Vnni, false}, Path{k::Isa::Avx2, false},
-                                Path{k::Isa::Portable, false}}) {
+        struct Path {
+          k::Isa isa;
+          bool bf16_tiles;
+        };
+        for (const Path path : {Path{k::Isa::Avx512Bf16Vnni, true}, Path{k::Isa::Avx512Bf16Vnni, false},
+                                Path{k::Isa::Avx2, false}, Path{k::Isa::Portable, false}}) {
           const k::Isa isa = path.isa;
           if (!can_run(isa)) continue;
           const k::ScopedBf16Tiles forced(path.bf16_tiles);
@@ -159,15 +164,15 @@ TEST_CASE("typed matrix kernels equal the exact product, on both paths and every
           for (std::size_t j = 0; j < n; ++j) {
             const bool on_gemv = j >= gemv_from;
             const bool int8_acts = (int8_type && (on_gemv || isa == k::Isa::Avx512Bf16Vnni))  // int8 gemv or int8 tiles
-                                   || (kquant && isa == k::Isa::Avx512Bf16Vnni)              // the K-quants' VNNI gemv and tiles
-                                   || ((kquant || t == DType::Q4_0) && isa == k::Isa::Avx2)  // AVX2 gemv and int8 tiles
-                                   || (is_unsigned_blocks(t) && isa != k::Isa::Portable);    // their int8 gemv and tiles
+                                   || (kquant && isa == k::Isa::Avx512Bf16Vnni)               // the K-quants' VNNI gemv and tiles
+                                   || ((kquant || t == DType::Q4_0) && isa == k::Isa::Avx2)   // AVX2 gemv and int8 tiles
+                                   || (is_unsigned_blocks(t) && isa != k::Isa::Portable);     // their int8 gemv and tiles
             const bool bf16_tiles = !on_gemv && isa == k::Isa::Avx512Bf16Vnni && path.bf16_tiles && t == DType::BF16;
             const float rel = int8_acts ? 0x1p-6f : bf16_tiles ? 0x1p-7f : 1e-5f;
             for (std::int64_t r = 0; r < rows; ++r) {
               const std::size_t i = j * ldy + static_cast<std::size_t>(r);
-              INFO(dtype_name(t) << " cols " << cols << " n " << n << " isa " << k::to_string(isa) << (path.bf16_tiles ? " (bf16 tiles)" : "")
-                                 << " row " << r << " token " << j);
+              INFO(dtype_name(t) << " cols " << cols << " n " << n << " isa " << k::to_string(isa)
+                                 << (path.bf16_tiles ? " (bf16 tiles)" : "") << " row " << r << " token " << j);
               REQUIRE(std::abs(got[i] - want[i]) <= rel * bound[i] + 1e-6f);
             }
           }
@@ -244,34 +249,34 @@ TEST_CASE("the VNNI and AVX2 int8 kernels of Q8_0 / Q4_0 equal their portable tw
   // the twin always on the file's. AVX2 takes the file's layout: its gemv
   // for both, its int8 tiles for Q4_0 (Q8_0's many tokens go to f32 tiles).
   for (const k::Isa isa : {k::Isa::Avx512Bf16Vnni, k::Isa::Avx2})
-  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q8_0x16, DType::Q4_0x16}) {
-    if (!can_run(isa) || (isa == k::Isa::Avx2 && quant::is_interleaved(t))) continue;
-    for (std::int64_t cols : {32, 96, 2048, 1024 + 96}) {
-      const std::int64_t rows = 9;
-      const auto weights = normal(static_cast<std::size_t>(rows * cols), 6, 0.05f);
-      const Matrix fast_m(t, weights, rows, cols), m(quant::base_type(t), weights, rows, cols);
-      // Every path: one token, the batched gemv (up to its limit), the int8 tiles
-      // (beyond, with a short rest on the gemv), with partial tiles of tokens.
-      for (std::size_t n : {1, 2, 3, 4, 5, 8, 9, 12, 16, 17, 31, 32, 33, 70}) {
-        if (isa == k::Isa::Avx2 && t == DType::Q8_0 && n > k::gemv_token_limit(m.view, isa)) break;
-        const auto x = normal(n * static_cast<std::size_t>(cols), 7);
-        std::vector<float> fast(n * static_cast<std::size_t>(rows)), twin(fast.size());
-        k::matmul(isa == k::Isa::Avx2 ? m.view : fast_m.view, x.data(), n, static_cast<std::size_t>(cols), fast.data(),
-                  static_cast<std::size_t>(rows), isa);
-        // The twin: int8 activations and per-block integer dot products, in scalar code.
-        k::QuantizedActivations xa;
-        k::quantize_activations(x.data(), static_cast<std::size_t>(cols), n, static_cast<std::size_t>(cols), xa);
-        if (m.view.type == DType::Q8_0)
-          k::portable::gemv_q8_0(m.view, xa, n, twin.data(), static_cast<std::size_t>(rows), 0, static_cast<std::size_t>(rows));
-        else
-          k::portable::gemv_q4_0(m.view, xa, n, twin.data(), static_cast<std::size_t>(rows), 0, static_cast<std::size_t>(rows));
-        for (std::size_t i = 0; i < fast.size(); ++i) {
-          INFO(dtype_name(t) << " cols " << cols << " n " << n << " isa " << k::to_string(isa) << " output " << i);
-          REQUIRE(fast[i] == Approx(twin[i]).epsilon(1e-5).margin(1e-5));
+    for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q8_0x16, DType::Q4_0x16}) {
+      if (!can_run(isa) || (isa == k::Isa::Avx2 && quant::is_interleaved(t))) continue;
+      for (std::int64_t cols : {32, 96, 2048, 1024 + 96}) {
+        const std::int64_t rows = 9;
+        const auto weights = normal(static_cast<std::size_t>(rows * cols), 6, 0.05f);
+        const Matrix fast_m(t, weights, rows, cols), m(quant::base_type(t), weights, rows, cols);
+        // Every path: one token, the batched gemv (up to its limit), the int8 tiles
+        // (beyond, with a short rest on the gemv), with partial tiles of tokens.
+        for (std::size_t n : {1, 2, 3, 4, 5, 8, 9, 12, 16, 17, 31, 32, 33, 70}) {
+          if (isa == k::Isa::Avx2 && t == DType::Q8_0 && n > k::gemv_token_limit(m.view, isa)) break;
+          const auto x = normal(n * static_cast<std::size_t>(cols), 7);
+          std::vector<float> fast(n * static_cast<std::size_t>(rows)), twin(fast.size());
+          k::matmul(isa == k::Isa::Avx2 ? m.view : fast_m.view, x.data(), n, static_cast<std::size_t>(cols), fast.data(),
+                    static_cast<std::size_t>(rows), isa);
+          // The twin: int8 activations and per-block integer dot products, in scalar code.
+          k::QuantizedActivations xa;
+          k::quantize_activations(x.data(), static_cast<std::size_t>(cols), n, static_cast<std::size_t>(cols), xa);
+          if (m.view.type == DType::Q8_0)
+            k::portable::gemv_q8_0(m.view, xa, n, twin.data(), static_cast<std::size_t>(rows), 0, static_cast<std::size_t>(rows));
+          else
+            k::portable::gemv_q4_0(m.view, xa, n, twin.data(), static_cast<std::size_t>(rows), 0, static_cast<std::size_t>(rows));
+          for (std::size_t i = 0; i < fast.size(); ++i) {
+            INFO(dtype_name(t) << " cols " << cols << " n " << n << " isa " << k::to_string(isa) << " output " << i);
+            REQUIRE(fast[i] == Approx(twin[i]).epsilon(1e-5).margin(1e-5));
+          }
         }
       }
     }
-  }
 }
 
 namespace {
@@ -314,8 +319,9 @@ void require_int8_kernels_equal_twin(const TensorView& w, bool extreme, Twin&& t
 }
 }  // namespace
 
-TEST_CASE("the K-quant int8 kernels (VNNI and AVX2, gemv and tiles) equal their portable twin, which does the same integer arithmetic",
-          "[quant][kernels]") {
+TEST_CASE(
+    "the K-quant int8 kernels (VNNI and AVX2, gemv and tiles) equal their portable twin, which does the same integer arithmetic",
+    "[quant][kernels]") {
   if (!has_fast_path() && !has_avx2_path()) {
     SUCCEED("neither AVX-512 VNNI nor AVX2 here: the portable path is the only one");
     return;
@@ -331,14 +337,17 @@ TEST_CASE("the K-quant int8 kernels (VNNI and AVX2, gemv and tiles) equal their 
       const bool extreme = cols < 0;
       cols = std::abs(cols);
       const std::int64_t rows = 70;
-      const Matrix m(t, extreme ? std::vector<float>(static_cast<std::size_t>(rows * cols), 0.05f)
-                                : normal(static_cast<std::size_t>(rows * cols), 6, 0.05f), rows, cols);
+      const Matrix m(t,
+                     extreme ? std::vector<float>(static_cast<std::size_t>(rows * cols), 0.05f)
+                             : normal(static_cast<std::size_t>(rows * cols), 6, 0.05f),
+                     rows, cols);
       require_int8_kernels_equal_twin(m.view, extreme, [](auto&&... a) { k::portable::gemv_kquant_int8(a...); });
     }
   }
 }
 
-TEST_CASE("the int8 kernels of Q4_1, Q5_0 and Q5_1 (VNNI and AVX2, gemv and tiles) equal their portable twin", "[quant][kernels]") {
+TEST_CASE("the int8 kernels of Q4_1, Q5_0 and Q5_1 (VNNI and AVX2, gemv and tiles) equal their portable twin",
+          "[quant][kernels]") {
   if (!has_fast_path() && !has_avx2_path()) {
     SUCCEED("neither AVX-512 VNNI nor AVX2 here: the portable path is the only one");
     return;
@@ -373,22 +382,24 @@ TEST_CASE("matmul_shared gives each matrix what matmul gives it, fused or not", 
   // mixes of those fuse there too.
   const std::int64_t cols = 2048;
   const std::int64_t rows[] = {300, 40, 40};
-  const std::vector<std::vector<DType>> cases = {{DType::Q8_0, DType::Q8_0, DType::Q8_0},
-                                                 {DType::Q4_0, DType::Q4_0, DType::Q4_0},
-                                                 {DType::Q8_0x16, DType::Q8_0x16, DType::Q8_0x16},
-                                                 {DType::Q4_K, DType::Q4_K, DType::Q6_K},
-                                                 {DType::Q5_K, DType::Q5_K, DType::Q6_K},
-                                                 {DType::Q5_0, DType::Q4_K, DType::Q8_0},  // a llama.cpp Q4_K_M of rows not a multiple of 256
-                                                 {DType::Q4_1, DType::Q5_1, DType::Q5_0},
-                                                 {DType::Q4_0, DType::Q6_K, DType::Q8_0x16},
-                                                 {DType::Q4_0, DType::Q4_K, DType::Q8_0},
-                                                 {DType::Q4_0, DType::Q8_0, DType::F32}};
+  const std::vector<std::vector<DType>> cases = {
+      {DType::Q8_0, DType::Q8_0, DType::Q8_0},
+      {DType::Q4_0, DType::Q4_0, DType::Q4_0},
+      {DType::Q8_0x16, DType::Q8_0x16, DType::Q8_0x16},
+      {DType::Q4_K, DType::Q4_K, DType::Q6_K},
+      {DType::Q5_K, DType::Q5_K, DType::Q6_K},
+      {DType::Q5_0, DType::Q4_K, DType::Q8_0},  // a llama.cpp Q4_K_M of rows not a multiple of 256
+      {DType::Q4_1, DType::Q5_1, DType::Q5_0},
+      {DType::Q4_0, DType::Q6_K, DType::Q8_0x16},
+      {DType::Q4_0, DType::Q4_K, DType::Q8_0},
+      {DType::Q4_0, DType::Q8_0, DType::F32}};
   for (const k::Isa isa : {k::Isa::Avx512Bf16Vnni, k::Isa::Avx2, k::Isa::Portable}) {
     if (!can_run(isa)) continue;
     for (const auto& types : cases) {
       std::vector<Matrix> ms;
       for (std::size_t i = 0; i < 3; ++i)
-        ms.emplace_back(types[i], normal(static_cast<std::size_t>(rows[i] * cols), static_cast<std::uint32_t>(20 + i), 0.05f), rows[i], cols);
+        ms.emplace_back(types[i], normal(static_cast<std::size_t>(rows[i] * cols), static_cast<std::uint32_t>(20 + i), 0.05f),
+                        rows[i], cols);
       for (std::size_t n : {1, 2, 8, 16, 17, 33, 70}) {
         const auto x = normal(n * static_cast<std::size_t>(cols), 9);
         std::vector<std::vector<float>> shared(3), alone(3);
@@ -429,7 +440,8 @@ TEST_CASE("quantisers reject values their type cannot hold, and blocks too small
     if (t == DType::F32 || t == DType::BF16)
       REQUIRE_NOTHROW(quant::quantize_row(t, x.data(), cols, out.data()));
     else
-      REQUIRE_THROWS_WITH(quant::quantize_row(t, x.data(), cols, out.data()), Catch::Contains("column 37 is beyond the type's range"));
+      REQUIRE_THROWS_WITH(quant::quantize_row(t, x.data(), cols, out.data()),
+                          Catch::Contains("column 37 is beyond the type's range"));
     // Subnormal blocks: 1/scale overflows; they must come back as (near) zeros, not NaN.
     std::vector<float> tiny(static_cast<std::size_t>(cols)), back(tiny.size());
     for (std::size_t i = 0; i < tiny.size(); ++i) tiny[i] = i % 3 == 0 ? 0.0f : (i % 2 ? 1e-39f : -2e-40f);

@@ -6,12 +6,11 @@
 #include "streamllm/scheduler.hpp"
 
 using namespace streamllm;
-using test::Stories;
 using test::model;
+using test::Stories;
 using test::tok;
 
 namespace {
-
 
 std::unique_ptr<KVCacheBase<Stories>> cache_for(int sinks, int window) {
   if (window <= 0) return std::make_unique<KVCache<Stories>>();
@@ -44,7 +43,8 @@ TEST_CASE("eight golden prompts joining at different steps each reproduce their 
   for (std::size_t i = 0; i < all.size(); ++i) {
     INFO(all[i].name);
     REQUIRE(done[i].has_value());
-    REQUIRE(done[i]->tokens == std::vector<TokenId>(all[i].ids.begin() + static_cast<std::ptrdiff_t>(all[i].prompt_ids.size()), all[i].ids.end()));
+    REQUIRE(done[i]->tokens ==
+            std::vector<TokenId>(all[i].ids.begin() + static_cast<std::ptrdiff_t>(all[i].prompt_ids.size()), all[i].ids.end()));
     REQUIRE(done[i]->stop == StopReason::MaxTokens);
     REQUIRE(done[i]->text == all[i].text.substr(tok().decode(std::span<const TokenId>(all[i].prompt_ids).subspan(1)).size()));
   }

@@ -9,29 +9,30 @@
 #include "server_process.hpp"
 
 using namespace streamllm;
+using test::kTurns;
+using test::model;
 using test::ServerProcess;
 using test::Stories;
-using test::model;
 using test::tok;
-using test::kTurns;
 using json = nlohmann::json;
 
 namespace {
-
 
 std::string library_completion(const std::string& prompt, int n) {
   KVCache<Stories> cache;
   GenerationOptions opt;
   opt.max_new_tokens = n;
   std::string out;
-  generate(model(), tok(), cache, std::string_view(prompt), opt, [&](std::string_view p) { out += p; return true; });
+  generate(model(), tok(), cache, std::string_view(prompt), opt, [&](std::string_view p) {
+    out += p;
+    return true;
+  });
   return out;
 }
 
 json chat_request(const json& messages, int max_tokens) {
   return {{"messages", messages}, {"max_tokens", max_tokens}, {"temperature", 0}};
 }
-
 
 // A conversation through /v1/chat/completions beside a ChatSession with the
 // same cache: every answer equal, each turn's cached_tokens the history
@@ -122,7 +123,8 @@ TEST_CASE("the server's completions equal the library's, streamed or not", "[ser
   opt.max_new_tokens = 30;
   chat.ask("Tell me about a cat.", opt, nullptr);
   const std::string answer = chat.turns()[0].answer_text;
-  const json creq = chat_request({{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Tell me about a cat."}}}, 30);
+  const json creq =
+      chat_request({{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Tell me about a cat."}}}, 30);
   const auto cw = test::post_json(c, "/v1/chat/completions", creq);
   REQUIRE(cw);
   REQUIRE(cw->status == 200);
@@ -153,7 +155,8 @@ TEST_CASE("a sink+window chat runs 50 turns through the API in flat memory", "[s
   REQUIRE(metric(s, "streamllm_cached_tokens_total") > 2000);
 }
 
-TEST_CASE("interleaved conversations and an edited message: reuse up to the divergence, answers of a fresh prefill", "[server][reuse]") {
+TEST_CASE("interleaved conversations and an edited message: reuse up to the divergence, answers of a fresh prefill",
+          "[server][reuse]") {
   ServerProcess s({});
   auto c = s.client();
   json a = json::array(), b = json::array();
@@ -181,8 +184,10 @@ TEST_CASE("interleaved conversations and an edited message: reuse up to the dive
   const auto j = json::parse(r->body);
   // The library: the ids of a's dialog and of the edited one, their common prefix.
   std::vector<ChatMessage> orig, changed;
-  for (const auto& m : a) orig.push_back({m["role"] == "user" ? ChatMessage::Role::User : ChatMessage::Role::Assistant, m["content"]});
-  for (const auto& m : edited) changed.push_back({m["role"] == "user" ? ChatMessage::Role::User : ChatMessage::Role::Assistant, m["content"]});
+  for (const auto& m : a)
+    orig.push_back({m["role"] == "user" ? ChatMessage::Role::User : ChatMessage::Role::Assistant, m["content"]});
+  for (const auto& m : edited)
+    changed.push_back({m["role"] == "user" ? ChatMessage::Role::User : ChatMessage::Role::Assistant, m["content"]});
   orig.push_back({ChatMessage::Role::User, "x"});
   const auto prompt = encode_dialog(tok(), changed, &known);
   const std::size_t divergence = common_prefix(prompt, encode_dialog(tok(), orig, &known));
@@ -276,10 +281,13 @@ TEST_CASE("malformed and unsupported requests get 4xx with a JSON error naming t
       {"/v1/chat/completions", R"({"messages": [{"role": "robot", "content": "x"}]})", "robot"},
       {"/v1/chat/completions", R"({"messages": [{"role": "tool", "content": "x"}]})", "tool"},
       {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": 7}]})", "content"},
-      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]})", "image_url"},
-      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]})", "last message"},
+      {"/v1/chat/completions",
+       R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]})", "image_url"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]})",
+       "last message"},
       {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "a"}], "tools": [{"type": "function"}]})", "'tools'"},
-      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "a"}], "response_format": {"type": "json_object"}})", "'response_format'"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "a"}], "response_format": {"type": "json_object"}})",
+       "'response_format'"},
       {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "a"}], "top_logprobs": 3})", "'top_logprobs'"},
   };
   for (const auto& b : bad) {
@@ -380,10 +388,11 @@ TEST_CASE("the server holds under abuse: big bodies, slow sockets, foreign hosts
   const std::size_t rss_before = s.rss_kib();
   {  // 100 MB announced and sent: 413 at once, nothing buffered
     test::RawSocket raw(s.port());
-    raw.send("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 104857600\r\n\r\n");
+    raw.send(
+        "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: "
+        "104857600\r\n\r\n");
     const std::string chunk(1 << 20, 'a');
-    for (int i = 0; i < 100 && raw.send(chunk); ++i) {
-    }
+    for (int i = 0; i < 100 && raw.send(chunk); ++i) {}
     const std::string answer = raw.read(std::chrono::seconds(5), "}");
     REQUIRE_THAT(answer, Catch::StartsWith("HTTP/1.1 413"));
     REQUIRE_THAT(answer, Catch::Contains("\"code\":413"));
@@ -416,10 +425,11 @@ TEST_CASE("the server holds under abuse: big bodies, slow sockets, foreign hosts
   {  // Three requests in one write: three answers, in order
     test::RawSocket raw(s.port());
     const std::string tok_body = R"({"content": "Once upon a time"})";
-    raw.send("GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n"
-             "POST /tokenize HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: " +
-             std::to_string(tok_body.size()) + "\r\n\r\n" + tok_body +
-             "GET /v1/models/nope HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    raw.send(
+        "GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n"
+        "POST /tokenize HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: " +
+        std::to_string(tok_body.size()) + "\r\n\r\n" + tok_body +
+        "GET /v1/models/nope HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
     const std::string all = raw.read(std::chrono::seconds(5));
     const auto a = all.find("HTTP/1.1 200"), b = all.find("[403,407,261,378]"), d = all.find("HTTP/1.1 404");
     REQUIRE(a != std::string::npos);

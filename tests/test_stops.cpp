@@ -5,10 +5,10 @@
 #include "common.hpp"
 
 using namespace streamllm;
-using test::Stories;
-using test::model;
-using test::tok;
 using test::greedy;
+using test::model;
+using test::Stories;
+using test::tok;
 
 namespace {
 
@@ -25,8 +25,10 @@ struct Run {
 Run run(const std::vector<TokenId>& prompt, GenerationOptions opt) {
   KVCache<Stories> cache;
   Run r;
-  r.res = generate(model(), tok(), cache, std::span<const TokenId>(prompt), opt,
-                   [&](const Piece& p) { r.pieces.emplace_back(p.text); return true; });
+  r.res = generate(model(), tok(), cache, std::span<const TokenId>(prompt), opt, [&](const Piece& p) {
+    r.pieces.emplace_back(p.text);
+    return true;
+  });
   return r;
 }
 
@@ -91,8 +93,8 @@ TEST_CASE("stop reasons tell apart EOS, a stop token, the limit, a cancel and a 
   REQUIRE(e.res.stop == StopReason::EndOfSequence);
   REQUIRE(e.res.tokens.back() == tok().eos());
   KVCache<Stories> cache;
-  const auto cancelled = generate(model(), tok(), cache, std::span<const TokenId>(g.prompt_ids), greedy(50),
-                                  [](std::string_view) { return false; });
+  const auto cancelled =
+      generate(model(), tok(), cache, std::span<const TokenId>(g.prompt_ids), greedy(50), [](std::string_view) { return false; });
   REQUIRE(cancelled.stop == StopReason::Cancelled);
   cache.clear();
   REQUIRE_THROWS_WITH(generate(model(), tok(), cache, std::span<const TokenId>(g.prompt_ids), greedy(50),

@@ -9,9 +9,9 @@
 #include "streamllm/kernels/rope.hpp"
 
 using namespace streamllm;
-using test::Stories;
 using test::kGoldenTolerance;
 using test::model;
+using test::Stories;
 
 namespace {
 
@@ -71,8 +71,10 @@ TEST_CASE("sink+window goldens: greedy generation after a chunked prompt reprodu
     opt.stop_at_eos = false;
     opt.echo_prompt = true;
     std::string text;
-    const auto res = generate(model(), tok, cache, std::span<const TokenId>(g.prompt_ids), opt,
-                              [&](std::string_view p) { text += p; return true; });
+    const auto res = generate(model(), tok, cache, std::span<const TokenId>(g.prompt_ids), opt, [&](std::string_view p) {
+      text += p;
+      return true;
+    });
     model().set_max_chunk(512);
     INFO(g.name);
     REQUIRE(res.tokens == std::vector<TokenId>(g.ids.begin() + static_cast<std::ptrdiff_t>(g.prompt_ids.size()), g.ids.end()));

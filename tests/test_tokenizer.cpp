@@ -63,7 +63,8 @@ TEST_CASE("streamed pieces of every golden concatenate to its text, each valid U
 TEST_CASE("byte-fallback pieces are held back until their UTF-8 sequence is complete", "[tokenizer]") {
   // The Llama 2 vocabulary has no piece for these emoji and rare letters, so
   // they are spelled with <0xNN> byte pieces, 2 to 4 per character.
-  const std::string text = "Caf\xc3\xa9 \xf0\x9f\xa6\x99 na\xc3\xafve \xe2\x80\x94 \xc5\x93uvre \xf0\x9f\x98\x80\xf0\x9f\x8e\x89 \xe1\xba\x9e";
+  const std::string text =
+      "Caf\xc3\xa9 \xf0\x9f\xa6\x99 na\xc3\xafve \xe2\x80\x94 \xc5\x93uvre \xf0\x9f\x98\x80\xf0\x9f\x8e\x89 \xe1\xba\x9e";
   for (const Tokenizer* tok : {&llama_tok(), &tok512()}) {
     const auto ids = tok->encode(text);
     std::size_t byte_pieces = 0;
@@ -95,8 +96,7 @@ TEST_CASE("the detokeniser matches decode on random id sequences, broken UTF-8 i
   for (const Tokenizer* tok : {&tok512(), &llama_tok()}) {
     std::mt19937 gen(42);
     std::vector<TokenId> bytes, others;
-    for (TokenId id = 0; id < tok->vocab_size(); ++id)
-      (tok->kind(id) == Tokenizer::Kind::Byte ? bytes : others).push_back(id);
+    for (TokenId id = 0; id < tok->vocab_size(); ++id) (tok->kind(id) == Tokenizer::Kind::Byte ? bytes : others).push_back(id);
     for (int trial = 0; trial < 3000; ++trial) {
       std::vector<TokenId> ids(gen() % 12);
       for (auto& id : ids) {

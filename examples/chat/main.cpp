@@ -116,9 +116,8 @@ void print_stats(const streamllm::ChatSession<Config>& chat) {
   std::printf("[stats] cache: %s, %lld of %lld positions used, %.2f MiB\n", c.describe().c_str(),
               static_cast<long long>(c.occupancy()), static_cast<long long>(c.capacity()),
               static_cast<double>(c.bytes()) / (1 << 20));
-  std::printf("[stats] last answer: %zu tokens (%s), prefilled %zu, time to first token %.1f ms, %.1f tok/s\n",
-              t.answer_tokens, streamllm::to_string(t.stop), t.prefilled, 1e3 * t.time_to_first_token_s,
-              t.tokens_per_s);
+  std::printf("[stats] last answer: %zu tokens (%s), prefilled %zu, time to first token %.1f ms, %.1f tok/s\n", t.answer_tokens,
+              streamllm::to_string(t.stop), t.prefilled, 1e3 * t.time_to_first_token_s, t.tokens_per_s);
 }
 
 template <class Config>
@@ -149,8 +148,8 @@ int run(const Options& o) {
   gen.sampling.top_p = o.top_p;
   gen.sampling.seed = o.seed;
 
-  std::fprintf(stderr, "chat with %s (%s), %s; /reset, /stats, /quit\n", o.model.c_str(),
-               Config::shape().to_string().c_str(), chat.cache().describe().c_str());
+  std::fprintf(stderr, "chat with %s (%s), %s; /reset, /stats, /quit\n", o.model.c_str(), Config::shape().to_string().c_str(),
+               chat.cache().describe().c_str());
   std::optional<TerminalForChat> chat_terminal;
   if (terminal) chat_terminal.emplace();
   while (true) {
@@ -191,13 +190,17 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App app{"Chat with a Llama 2 model; the answer streams as it is generated. Commands: /reset, /stats, /quit."};
   app.add_option("-m,--model", o.model, "model file (llama2.c .bin or GGUF)")->capture_default_str();
-  app.add_option("-z,--tokenizer", o.tokenizer, "SentencePiece .model or GGUF (default: the GGUF model's own; for .bin, from the data folder by vocabulary size)");
+  app.add_option(
+      "-z,--tokenizer", o.tokenizer,
+      "SentencePiece .model or GGUF (default: the GGUF model's own; for .bin, from the data folder by vocabulary size)");
   app.add_option("--system", o.system, "system prompt");
   app.add_option("-t,--temperature", o.temperature, "0 = greedy")->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("-p,--top-p", o.top_p, "nucleus sampling mass")->capture_default_str()->check(CLI::Range(0.0f, 1.0f));
   app.add_option("-s,--seed", o.seed, "random seed")->capture_default_str();
   app.add_option("--sinks", o.sinks, "attention-sink tokens kept forever")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--window", o.window, "recent tokens kept (0: the model's context minus the sinks)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--window", o.window, "recent tokens kept (0: the model's context minus the sinks)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--dense", o.dense, "a dense cache of the model's context instead (fills up)");
   app.add_option("-j,--threads", o.threads, "OpenMP threads, 0 = all cores")->capture_default_str();
   app.add_option("-n,--max-tokens", o.max_tokens, "tokens per answer at most")->capture_default_str()->check(CLI::PositiveNumber);
@@ -208,8 +211,8 @@ int main(int argc, char** argv) {
     examples::set_threads(o.threads);
     const auto info = streamllm::read_model_info(o.model);
     if (o.tokenizer.empty()) o.tokenizer = examples::default_tokenizer(o.model, info);
-    return streamllm::with_preset(info.shape, [&](auto config) { return run<decltype(config)>(o); },
-                                  info.format == streamllm::ModelFormat::Llama2c);
+    return streamllm::with_preset(
+        info.shape, [&](auto config) { return run<decltype(config)>(o); }, info.format == streamllm::ModelFormat::Llama2c);
   } catch (const streamllm::Error& e) {
     std::fprintf(stderr, "chat: %s\n", e.what());
     return 1;

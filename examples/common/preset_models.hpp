@@ -9,13 +9,13 @@
 #include "streamllm/model.hpp"
 #include "streamllm/presets.hpp"
 
-#define STREAMLLM_EXAMPLES_EXTERN_MODEL(P)                         \
+#define STREAMLLM_EXAMPLES_EXTERN_MODEL(P)                       \
   extern template class streamllm::Llama<streamllm::presets::P>; \
   extern template streamllm::Llama<streamllm::presets::P> streamllm::load_llama(const std::string&, streamllm::LoadMode);
 STREAMLLM_FOR_EACH_PRESET(STREAMLLM_EXAMPLES_EXTERN_MODEL)
 #undef STREAMLLM_EXAMPLES_EXTERN_MODEL
 
 // The explicit instantiation the extern declarations above promise.
-#define STREAMLLM_EXAMPLES_INSTANTIATE(P)                   \
+#define STREAMLLM_EXAMPLES_INSTANTIATE(P)                 \
   template class streamllm::Llama<streamllm::presets::P>; \
   template streamllm::Llama<streamllm::presets::P> streamllm::load_llama(const std::string&, streamllm::LoadMode);

@@ -26,7 +26,8 @@ int main(int argc, char** argv) {
     bool first = true;
     for (std::uint32_t i = 0; i < 64; ++i)
       if (by_type[i]) {
-        std::printf("%s%zu %s", first ? "" : ", ", by_type[i], std::string(streamllm::dtype_name(static_cast<streamllm::DType>(i))).c_str());
+        std::printf("%s%zu %s", first ? "" : ", ", by_type[i],
+                    std::string(streamllm::dtype_name(static_cast<streamllm::DType>(i))).c_str());
         first = false;
       }
     std::printf(")\n");

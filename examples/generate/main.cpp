@@ -33,8 +33,10 @@ int run(const Options& o) {
   const auto tok = streamllm::Tokenizer::load(o.tokenizer);
   auto model = streamllm::load_llama<Config>(o.model);
   std::unique_ptr<streamllm::KVCacheBase<Config>> cache;
-  if (o.window > 0) cache = std::make_unique<streamllm::DynamicSinkWindowKVCache<Config>>(o.sinks, o.window);
-  else cache = std::make_unique<streamllm::KVCache<Config>>();
+  if (o.window > 0)
+    cache = std::make_unique<streamllm::DynamicSinkWindowKVCache<Config>>(o.sinks, o.window);
+  else
+    cache = std::make_unique<streamllm::KVCache<Config>>();
 
   streamllm::GenerationOptions opt;
   opt.max_new_tokens = o.tokens;
@@ -48,22 +50,21 @@ int run(const Options& o) {
 
   std::fprintf(stderr, "model %s (%s), tokenizer %s, %s, %d threads, kernels %s + %s (BF16 prefill in %s tiles)\n",
                o.model.c_str(), Config::shape().to_string().c_str(), o.tokenizer.c_str(), cache->describe().c_str(),
-               omp_get_max_threads(),
-               streamllm::kernels::simd_arch_name(), streamllm::kernels::to_string(streamllm::kernels::active_isa()),
+               omp_get_max_threads(), streamllm::kernels::simd_arch_name(),
+               streamllm::kernels::to_string(streamllm::kernels::active_isa()),
                streamllm::kernels::bf16_tiles() ? "bf16" : "f32");
-  const auto res = streamllm::generate(model, tok, *cache, std::string_view(o.prompt), opt,
-                                       [](std::string_view piece) {
-                                         std::fwrite(piece.data(), 1, piece.size(), stdout);
-                                         std::fflush(stdout);
-                                         return true;
-                                       });
+  const auto res = streamllm::generate(model, tok, *cache, std::string_view(o.prompt), opt, [](std::string_view piece) {
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+    return true;
+  });
   std::printf("\n");
   std::fflush(stdout);  // the text's last line before the stats, also when both go to one terminal
   std::fprintf(stderr,
                "prompt %zu tokens, generated %zu (%s); time to first token %.1f ms, prefill %.1f ms, "
                "decode %.1f tok/s\n",
-               res.prompt_tokens, res.tokens.size(), streamllm::to_string(res.stop),
-               1e3 * res.time_to_first_token_s, 1e3 * res.prefill_s, res.tokens_per_s());
+               res.prompt_tokens, res.tokens.size(), streamllm::to_string(res.stop), 1e3 * res.time_to_first_token_s,
+               1e3 * res.prefill_s, res.tokens_per_s());
   return 0;
 }
 
@@ -73,17 +74,27 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App app{"Stream a continuation of a prompt from a Llama 2 checkpoint (llama2.c .bin)."};
   app.add_option("-m,--model", o.model, "model file (llama2.c .bin or GGUF)")->capture_default_str();
-  app.add_option("-z,--tokenizer", o.tokenizer, "SentencePiece .model or GGUF (default: the GGUF model's own; for .bin, from the data folder by vocabulary size)");
+  app.add_option(
+      "-z,--tokenizer", o.tokenizer,
+      "SentencePiece .model or GGUF (default: the GGUF model's own; for .bin, from the data folder by vocabulary size)");
   app.add_option("-i,--prompt", o.prompt, "prompt text")->capture_default_str();
-  app.add_option("-n,--tokens", o.tokens, "tokens to generate at most (-1: no limit, with --window)")->capture_default_str()->check(CLI::Range(-1, 1 << 30));
+  app.add_option("-n,--tokens", o.tokens, "tokens to generate at most (-1: no limit, with --window)")
+      ->capture_default_str()
+      ->check(CLI::Range(-1, 1 << 30));
   app.add_option("-t,--temperature", o.temperature, "0 = greedy")->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("-p,--top-p", o.top_p, "nucleus sampling mass")->capture_default_str()->check(CLI::Range(0.0f, 1.0f));
-  app.add_option("-k,--top-k", o.top_k, "keep the k most likely tokens, 0 = all")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("-k,--top-k", o.top_k, "keep the k most likely tokens, 0 = all")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("-r,--repetition-penalty", o.repetition_penalty, "CTRL repetition penalty, 1 = off")->capture_default_str();
   app.add_option("-s,--seed", o.seed, "random seed")->capture_default_str();
   app.add_option("-j,--threads", o.threads, "OpenMP threads, 0 = all cores")->capture_default_str();
-  app.add_option("--sinks", o.sinks, "attention sinks of a sink+window cache")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--window", o.window, "window of a sink+window cache (StreamingLLM: fixed memory, no end); 0: dense")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--sinks", o.sinks, "attention sinks of a sink+window cache")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--window", o.window, "window of a sink+window cache (StreamingLLM: fixed memory, no end); 0: dense")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--ignore-eos", o.ignore_eos, "go on past the end-of-sequence token");
   CLI11_PARSE(app, argc, argv);
   if (o.tokens < 0 && o.window == 0) {
@@ -96,8 +107,8 @@ int main(int argc, char** argv) {
     examples::set_threads(o.threads);
     const auto info = streamllm::read_model_info(o.model);
     if (o.tokenizer.empty()) o.tokenizer = examples::default_tokenizer(o.model, info);
-    return streamllm::with_preset(info.shape, [&](auto config) { return run<decltype(config)>(o); },
-                                  info.format == streamllm::ModelFormat::Llama2c);
+    return streamllm::with_preset(
+        info.shape, [&](auto config) { return run<decltype(config)>(o); }, info.format == streamllm::ModelFormat::Llama2c);
   } catch (const streamllm::Error& e) {
     std::fprintf(stderr, "generate: %s\n", e.what());
     return 1;

@@ -26,11 +26,11 @@ struct Options {
   std::string tokenizer;
   std::string text;
   std::string csv;
-  int cache = 256;          // positions of the window-only and sink+window caches
+  int cache = 256;  // positions of the window-only and sink+window caches
   int sinks = 4;
   int dense_tokens = 2048;  // the dense cache grows with the stream; stop it here
   int block = 1024;
-  long max_tokens = 0;      // 0: the whole text
+  long max_tokens = 0;  // 0: the whole text
   int chunk = 256;
   int threads = 0;
 };
@@ -54,7 +54,7 @@ struct ModeResult {
   std::string name;
   std::vector<double> block_nll;  // mean NLL of each block
   std::vector<std::size_t> block_bytes;
-  std::size_t tokens = 0;         // tokens scored
+  std::size_t tokens = 0;  // tokens scored
 };
 
 // Bytes of the positions a cache holds now (a dense cache allocates its
@@ -108,14 +108,15 @@ int run(const Options& o) {
   auto model = streamllm::load_llama<Config>(o.model);
   model.set_max_chunk(static_cast<std::size_t>(o.chunk));
   const std::vector<streamllm::TokenId> ids = tok.encode(read_text(o.text), true);
-  const std::size_t total = o.max_tokens > 0 ? std::min<std::size_t>(static_cast<std::size_t>(o.max_tokens), ids.size() - 1)
-                                             : ids.size() - 1;
+  const std::size_t total =
+      o.max_tokens > 0 ? std::min<std::size_t>(static_cast<std::size_t>(o.max_tokens), ids.size() - 1) : ids.size() - 1;
   std::fprintf(stderr, "%s: %zu tokens (scoring %zu), blocks of %d\n", o.text.c_str(), ids.size(), total, o.block);
 
   std::vector<ModeResult> results;
   {
     streamllm::KVCache<Config> dense(std::min<long>(static_cast<long>(total), o.dense_tokens));
-    results.push_back(score(model, dense, "dense", ids, std::min<std::size_t>(total, static_cast<std::size_t>(o.dense_tokens)), o));
+    results.push_back(
+        score(model, dense, "dense", ids, std::min<std::size_t>(total, static_cast<std::size_t>(o.dense_tokens)), o));
   }
   {
     streamllm::DynamicSinkWindowKVCache<Config> window(0, o.cache);
@@ -126,8 +127,8 @@ int run(const Options& o) {
     results.push_back(score(model, sink, "sink+window", ids, total, o));
   }
 
-  std::printf("perplexity per block of %d tokens (dense up to %d tokens; window: 0+%d; sink+window: %d+%d)\n",
-              o.block, o.dense_tokens, o.cache, o.sinks, o.cache - o.sinks);
+  std::printf("perplexity per block of %d tokens (dense up to %d tokens; window: 0+%d; sink+window: %d+%d)\n", o.block,
+              o.dense_tokens, o.cache, o.sinks, o.cache - o.sinks);
   std::printf("%8s %10s %12s %12s %12s\n", "block", "tokens", "dense", "window", "sink+window");
   std::size_t blocks = 0;
   for (const auto& r : results) blocks = std::max(blocks, r.block_nll.size());
@@ -144,9 +145,8 @@ int run(const Options& o) {
       if (b < r.block_nll.size()) {
         std::printf(" %12.3f", std::exp(r.block_nll[b]));
         if (csv.is_open())
-          csv << r.name << ',' << b << ',' << first << ','
-              << std::min(r.tokens, first + static_cast<std::size_t>(o.block)) - 1 << ',' << r.block_nll[b] << ','
-              << std::exp(r.block_nll[b]) << ',' << r.block_bytes[b] << '\n';
+          csv << r.name << ',' << b << ',' << first << ',' << std::min(r.tokens, first + static_cast<std::size_t>(o.block)) - 1
+              << ',' << r.block_nll[b] << ',' << std::exp(r.block_nll[b]) << ',' << r.block_bytes[b] << '\n';
       } else {
         std::printf(" %12s", "-");
       }
@@ -171,12 +171,20 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App app{"Teacher-forced perplexity of a long text under dense, window-only and sink+window caches."};
   app.add_option("-m,--model", o.model, "model file (llama2.c .bin or GGUF)")->capture_default_str();
-  app.add_option("-z,--tokenizer", o.tokenizer, "SentencePiece .model or GGUF (default: the GGUF model's own; for .bin, from the data folder by vocabulary size)");
+  app.add_option(
+      "-z,--tokenizer", o.tokenizer,
+      "SentencePiece .model or GGUF (default: the GGUF model's own; for .bin, from the data folder by vocabulary size)");
   app.add_option("--text", o.text, "text file (a UTF-8 BOM is dropped, CRLF becomes LF)")->required();
   app.add_option("--csv", o.csv, "write the per-block figures here");
-  app.add_option("--cache", o.cache, "positions of the window-only and sink+window caches")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--sinks", o.sinks, "attention sinks of the sink+window cache")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--dense-tokens", o.dense_tokens, "tokens the dense cache is run for (it grows with them)")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--cache", o.cache, "positions of the window-only and sink+window caches")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--sinks", o.sinks, "attention sinks of the sink+window cache")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--dense-tokens", o.dense_tokens, "tokens the dense cache is run for (it grows with them)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--block", o.block, "tokens per reported block")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--max-tokens", o.max_tokens, "score at most this many tokens (0: all)")->capture_default_str();
   app.add_option("--chunk", o.chunk, "tokens per batched pass")->capture_default_str()->check(CLI::PositiveNumber);
@@ -187,8 +195,8 @@ int main(int argc, char** argv) {
     examples::set_threads(o.threads);
     const auto info = streamllm::read_model_info(o.model);
     if (o.tokenizer.empty()) o.tokenizer = examples::default_tokenizer(o.model, info);
-    return streamllm::with_preset(info.shape, [&](auto config) { return run<decltype(config)>(o); },
-                                  info.format == streamllm::ModelFormat::Llama2c);
+    return streamllm::with_preset(
+        info.shape, [&](auto config) { return run<decltype(config)>(o); }, info.format == streamllm::ModelFormat::Llama2c);
   } catch (const streamllm::Error& e) {
     std::fprintf(stderr, "perplexity: %s\n", e.what());
     return 1;

@@ -40,7 +40,7 @@ using streamllm::serve::HttpRequest;
 
 struct HttpOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;                       // 0: any free port
+  int port = 8080;  // 0: any free port
   int io_threads = 2;
   std::size_t max_body_bytes = std::size_t(4) << 20;
   std::size_t max_header_bytes = std::size_t(16) << 10;
@@ -102,8 +102,10 @@ class HttpServer {
       if (connections_ >= opt_.max_connections) {  // answered at once, not held
         beast::error_code ignored;
         const std::string body = R"({"error":{"message":"too many connections","type":"server_error","code":503}})";
-        const std::string busy = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
-                                 "Retry-After: 1\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+        const std::string busy =
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
+            "Retry-After: 1\r\nContent-Length: " +
+            std::to_string(body.size()) + "\r\n\r\n" + body;
         net::write(socket, net::buffer(busy), ignored);
         socket.shutdown(tcp::socket::shutdown_both, ignored);
       } else {
@@ -139,7 +141,8 @@ class HttpServer {
       if (ec) {
         HttpReply r;
         if (ec == http::error::body_limit)
-          r.set_error(413, "the body is larger than the limit of " + std::to_string(srv_.opt_.max_body_bytes) + " bytes (--max-body-mib)");
+          r.set_error(413, "the body is larger than the limit of " + std::to_string(srv_.opt_.max_body_bytes) +
+                               " bytes (--max-body-mib)");
         else if (ec == http::error::header_limit)
           r.set_error(431, "the request's headers are larger than " + std::to_string(srv_.opt_.max_header_bytes) + " bytes");
         else
@@ -207,7 +210,8 @@ class HttpServer {
       if (data.empty() && !last) return;
       writing_ = true;
       auto owned = std::make_shared<std::string>(std::move(data));
-      auto chunk = std::make_shared<http::chunk_body<net::const_buffer>>(http::make_chunk(net::const_buffer(owned->data(), owned->size())));
+      auto chunk = std::make_shared<http::chunk_body<net::const_buffer>>(
+          http::make_chunk(net::const_buffer(owned->data(), owned->size())));
       auto end = std::make_shared<http::chunk_last<>>(http::make_chunk_last());
       auto done = [self = this->shared_from_this(), owned, chunk, end, last](beast::error_code ec, std::size_t) {
         self->writing_ = false;
@@ -221,9 +225,12 @@ class HttpServer {
         if (self->keep_alive_ && !self->gone_) return self->read();
         self->close();
       };
-      if (!last) net::async_write(stream_, *chunk, done);
-      else if (owned->empty()) net::async_write(stream_, *end, done);
-      else net::async_write(stream_, beast::buffers_cat(*chunk, *end), done);
+      if (!last)
+        net::async_write(stream_, *chunk, done);
+      else if (owned->empty())
+        net::async_write(stream_, *end, done);
+      else
+        net::async_write(stream_, beast::buffers_cat(*chunk, *end), done);
     }
 
     void write_stream_header(const HttpReply& head) {

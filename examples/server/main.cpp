@@ -21,9 +21,7 @@
 
 namespace {
 
-bool loopback(const std::string& host) {
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
-}
+bool loopback(const std::string& host) { return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0; }
 
 }  // namespace
 
@@ -33,28 +31,52 @@ int main(int argc, char** argv) {
   std::string model = examples::default_model(), tokenizer;
   int threads = 0;
   double cache_mib = 512, cache_dir_mib = 4096, max_body_mib = 4, request_timeout_s = 10, shutdown_timeout_s = 10;
-  CLI::App app{"OpenAI-compatible server: /v1/completions, /v1/chat/completions, /v1/models, /tokenize, /detokenize, "
-               "/health, /metrics."};
+  CLI::App app{
+      "OpenAI-compatible server: /v1/completions, /v1/chat/completions, /v1/models, /tokenize, /detokenize, "
+      "/health, /metrics."};
   app.add_option("-m,--model", model, "model file (llama2.c .bin or GGUF)")->capture_default_str();
-  app.add_option("-z,--tokenizer", tokenizer, "SentencePiece .model or GGUF (default: the GGUF model's own, or from the data folder)");
+  app.add_option("-z,--tokenizer", tokenizer,
+                 "SentencePiece .model or GGUF (default: the GGUF model's own, or from the data folder)");
   app.add_option("--alias", o.model_name, "the model's name in the API (default: the file's name)");
   app.add_option("--host", h.host, "address to listen on (loopback by default)")->capture_default_str();
   app.add_option("-p,--port", h.port, "port (0: any free port, printed at start)")->capture_default_str();
-  app.add_option("--max-sequences", o.max_sequences, "sequences decoded together in one batch")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--max-sequences", o.max_sequences, "sequences decoded together in one batch")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--max-waiting", o.max_waiting, "requests queued behind them; more get 429")->capture_default_str();
-  app.add_option("--step-tokens", o.step_tokens, "tokens per batched step (decodes, then prompt chunks)")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--sinks", o.sinks, "attention sinks of each conversation's cache")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--window", o.window, "window of each conversation's sink+window cache (0: a dense cache)")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--max-tokens", o.default_max_tokens, "max_tokens of a request that gives none")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--cache-mib", cache_mib, "memory for caches kept for reuse (0: no prefix reuse)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--step-tokens", o.step_tokens, "tokens per batched step (decodes, then prompt chunks)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--sinks", o.sinks, "attention sinks of each conversation's cache")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--window", o.window, "window of each conversation's sink+window cache (0: a dense cache)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-tokens", o.default_max_tokens, "max_tokens of a request that gives none")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--cache-mib", cache_mib, "memory for caches kept for reuse (0: no prefix reuse)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--cache-dir", o.cache_dir, "folder for caches evicted from memory and kept over restarts");
-  app.add_option("--cache-dir-mib", cache_dir_mib, "disk for --cache-dir, oldest removed first")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--cache-dir-mib", cache_dir_mib, "disk for --cache-dir, oldest removed first")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--api-key", o.api_key, "require 'Authorization: Bearer KEY' (all but /health)");
   app.add_option("--cors-origin", o.cors_origin, "allow this browser origin ('*': any); off by default");
-  app.add_option("--max-body-mib", max_body_mib, "largest request body (413 beyond)")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--request-timeout", request_timeout_s, "seconds a client has to send a whole request")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--shutdown-timeout", shutdown_timeout_s, "seconds running generations get to finish at SIGTERM")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--io-threads", h.io_threads, "threads for the network (generation runs on its own)")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--max-body-mib", max_body_mib, "largest request body (413 beyond)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--request-timeout", request_timeout_s, "seconds a client has to send a whole request")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--shutdown-timeout", shutdown_timeout_s, "seconds running generations get to finish at SIGTERM")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--io-threads", h.io_threads, "threads for the network (generation runs on its own)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("-j,--threads", threads, "OpenMP threads, 0 = all cores")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -80,8 +102,10 @@ int main(int argc, char** argv) {
     h.max_body_bytes = static_cast<std::size_t>(max_body_mib * (1 << 20));
     h.request_timeout = std::chrono::milliseconds(static_cast<long long>(request_timeout_s * 1000));
     if (!loopback(h.host) && o.api_key.empty())
-      std::fprintf(stderr, "server: warning: listening on %s beyond loopback without --api-key: anyone who reaches "
-                           "this port can run the model\n", h.host.c_str());
+      std::fprintf(stderr,
+                   "server: warning: listening on %s beyond loopback without --api-key: anyone who reaches "
+                   "this port can run the model\n",
+                   h.host.c_str());
     return streamllm::with_preset(
         info.shape,
         [&](auto config) {

@@ -31,11 +31,11 @@ namespace streamllm {
 struct AttentionBlock {
   static constexpr int kMaxRows = 16;
   static constexpr int kMaxSegments = kMaxCacheSegments + 2;  // + the new tokens' sinks and window
-  const float* q = nullptr;       // row i at q + i * ld, rotated at its text position
-  const float* q_sink = nullptr;  // the same, rotated at its cache position (for sink segments)
-  float* out = nullptr;           // row i at out + i * ld
+  const float* q = nullptr;                                   // row i at q + i * ld, rotated at its text position
+  const float* q_sink = nullptr;                              // the same, rotated at its cache position (for sink segments)
+  float* out = nullptr;                                       // row i at out + i * ld
   std::size_t ld = 0;
-  std::int64_t first_pos = 0;     // text position of row 0
+  std::int64_t first_pos = 0;  // text position of row 0
   int rows = 0;
   std::int64_t sinks = 0, window = kUnboundedWindow;
   KVSegment segments[kMaxSegments];
@@ -209,7 +209,8 @@ struct Attention {
         }
       }
       if (j == hi)
-        for (std::size_t d = 0; d < HeadDim / L; ++d) even[d] = xsimd::fma(Batch(p[j]), kernels::load(vb + j * stride + d * L), even[d]);
+        for (std::size_t d = 0; d < HeadDim / L; ++d)
+          even[d] = xsimd::fma(Batch(p[j]), kernels::load(vb + j * stride + d * L), even[d]);
       for (std::size_t d = 0; d < HeadDim / L; ++d) kernels::store(acc + d * L, even[d] + odd[d]);
     } else {
       // Local sums, even and odd keys apart, as above: through acc itself,
@@ -296,9 +297,11 @@ struct Attention {
         const std::int64_t p0 = seg.first_pos + j0;
         if (p0 > last_pos) break;  // causal: no row sees these (positions only grow along a segment)
         const KeyBlock kb{seg.k + kvh * HeadDim + static_cast<std::size_t>(j0) * seg.stride,
-                          seg.v + kvh * HeadDim + static_cast<std::size_t>(j0) * seg.stride, seg.stride,
+                          seg.v + kvh * HeadDim + static_cast<std::size_t>(j0) * seg.stride,
+                          seg.stride,
                           static_cast<std::size_t>(std::min<std::int64_t>(static_cast<std::int64_t>(block_keys), seg.count - j0)),
-                          kt, by_lanes};
+                          kt,
+                          by_lanes};
         if (head_tiles)
           kernels::transpose(kb.k, kb.stride, kb.count, static_cast<std::size_t>(HeadDim), &kt2[0][0], kTileKeys);
         else if (by_lanes)
@@ -345,8 +348,7 @@ struct Attention {
     {
       static thread_local std::vector<State, xsimd::aligned_allocator<State, 64>> state(1);
 #pragma omp for schedule(dynamic, 1)
-      for (std::int64_t it = 0; it < items; ++it)
-        run_one(blocks[it / KVHeads], static_cast<int>(it % KVHeads), state[0]);
+      for (std::int64_t it = 0; it < items; ++it) run_one(blocks[it / KVHeads], static_cast<int>(it % KVHeads), state[0]);
     }
   }
 };
@@ -354,8 +356,8 @@ struct Attention {
 namespace reference {
 // The textbook form over one contiguous key list: scores, softmax, weighted
 // sum. The oracle of the tiled kernel.
-inline void attend_head(const float* q, const float* k, const float* v, std::size_t stride,
-                        std::int64_t count, int head_dim, float* out) {
+inline void attend_head(const float* q, const float* k, const float* v, std::size_t stride, std::int64_t count, int head_dim,
+                        float* out) {
   std::vector<double> s(static_cast<std::size_t>(count));
   double mx = -std::numeric_limits<double>::infinity();
   for (std::int64_t j = 0; j < count; ++j) {
@@ -368,7 +370,8 @@ inline void attend_head(const float* q, const float* k, const float* v, std::siz
   for (auto& x : s) sum += (x = std::exp(x - mx));
   for (int i = 0; i < head_dim; ++i) {
     double o = 0;
-    for (std::int64_t j = 0; j < count; ++j) o += s[static_cast<std::size_t>(j)] * v[static_cast<std::size_t>(j) * stride + static_cast<std::size_t>(i)];
+    for (std::int64_t j = 0; j < count; ++j)
+      o += s[static_cast<std::size_t>(j)] * v[static_cast<std::size_t>(j) * stride + static_cast<std::size_t>(i)];
     out[i] = static_cast<float>(o / sum);
   }
 }

@@ -53,8 +53,8 @@ class ChatSession {
     std::vector<TokenId> prompt = Llama2ChatTemplate::encode_user_turn(*tok_, content, turns_.empty() ? system_ : "");
     // The prompt, one answer token and its closing EOS must fit.
     if (!cache_->has_room(static_cast<std::int64_t>(prompt.size()) + 2))
-      throw CacheFullError("chat: a turn of " + std::to_string(prompt.size()) + " tokens does not fit the " +
-                           cache_->describe() + " (" + std::to_string(cache_->size()) +
+      throw CacheFullError("chat: a turn of " + std::to_string(prompt.size()) + " tokens does not fit the " + cache_->describe() +
+                           " (" + std::to_string(cache_->size()) +
                            " positions used); /reset the session, or switch to a sink+window cache "
                            "(--window in examples/chat, DynamicSinkWindowKVCache in code), which never runs out");
     const auto logits = model_->prefill(prompt, *cache_, progress_);

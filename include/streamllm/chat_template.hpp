@@ -41,8 +41,8 @@ struct Llama2ChatTemplate {
 
   // The text of a user turn (BOS is added as a token, not as text).
   static std::string user_turn(std::string_view user, std::string_view system) {
-    std::string content = system.empty() ? std::string(user)
-                                         : "<<SYS>>\n" + std::string(system) + "\n<</SYS>>\n\n" + std::string(user);
+    std::string content =
+        system.empty() ? std::string(user) : "<<SYS>>\n" + std::string(system) + "\n<</SYS>>\n\n" + std::string(user);
     return "[INST] " + strip(content) + " [/INST]";
   }
 
@@ -119,8 +119,7 @@ struct DialogAnswer {
 // come back as the ids it gave them as (`known`, when it has them); `used`
 // receives every answer with the ids it was read as.
 inline std::vector<TokenId> encode_dialog(const Tokenizer& tok, std::span<const ChatMessage> messages,
-                                          const KnownAnswers* known = nullptr,
-                                          std::vector<DialogAnswer>* used = nullptr) {
+                                          const KnownAnswers* known = nullptr, std::vector<DialogAnswer>* used = nullptr) {
   using Role = ChatMessage::Role;
   std::vector<TokenId> ids;
   std::string_view system;

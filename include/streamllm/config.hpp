@@ -21,9 +21,8 @@ struct ModelShape {
   friend bool operator==(const ModelShape&, const ModelShape&) = default;
 
   std::string to_string() const {
-    return "dim=" + std::to_string(dim) + " hidden_dim=" + std::to_string(hidden_dim) +
-           " layers=" + std::to_string(layers) + " heads=" + std::to_string(heads) +
-           " kv_heads=" + std::to_string(kv_heads) + " vocab=" + std::to_string(vocab) +
+    return "dim=" + std::to_string(dim) + " hidden_dim=" + std::to_string(hidden_dim) + " layers=" + std::to_string(layers) +
+           " heads=" + std::to_string(heads) + " kv_heads=" + std::to_string(kv_heads) + " vocab=" + std::to_string(vocab) +
            " max_seq=" + std::to_string(max_seq);
   }
 };
@@ -37,8 +36,7 @@ struct HyperParams {
 
 // LlamaConfig<Dim, HiddenDim, Layers, Heads, KVHeads, Vocab, MaxSeq>: every
 // buffer size of the model follows from these, so they are constants in the type.
-template <int Dim_, int HiddenDim_, int Layers_, int Heads_, int KVHeads_, int Vocab_,
-          int MaxSeq_>
+template <int Dim_, int HiddenDim_, int Layers_, int Heads_, int KVHeads_, int Vocab_, int MaxSeq_>
 struct LlamaConfig {
   static constexpr int Dim = Dim_;
   static constexpr int HiddenDim = HiddenDim_;
@@ -48,8 +46,7 @@ struct LlamaConfig {
   static constexpr int Vocab = Vocab_;
   static constexpr int MaxSeq = MaxSeq_;
 
-  static_assert(Dim > 0 && HiddenDim > 0 && Layers > 0 && Heads > 0 && KVHeads > 0 &&
-                    Vocab > 0 && MaxSeq > 0,
+  static_assert(Dim > 0 && HiddenDim > 0 && Layers > 0 && Heads > 0 && KVHeads > 0 && Vocab > 0 && MaxSeq > 0,
                 "every dimension must be positive");
   static_assert(Dim % Heads == 0, "Dim must be divisible by Heads");
   static_assert(Heads % KVHeads == 0, "Heads must be divisible by KVHeads (grouped-query attention)");
@@ -60,9 +57,7 @@ struct LlamaConfig {
 
   static_assert(HeadDim % 2 == 0, "RoPE rotates pairs, so the head dimension must be even");
 
-  static constexpr ModelShape shape() {
-    return {Dim, HiddenDim, Layers, Heads, KVHeads, Vocab, MaxSeq};
-  }
+  static constexpr ModelShape shape() { return {Dim, HiddenDim, Layers, Heads, KVHeads, Vocab, MaxSeq}; }
 };
 
 namespace presets {

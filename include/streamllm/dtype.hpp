@@ -39,29 +39,53 @@ struct DTypeTraits {
 
 constexpr DTypeTraits traits(DType t) {
   switch (t) {
-    case DType::F32: return {"F32", 1, 4};
-    case DType::F16: return {"F16", 1, 2};
-    case DType::BF16: return {"BF16", 1, 2};
-    case DType::Q8_0: return {"Q8_0", 32, 34};
-    case DType::Q4_0: return {"Q4_0", 32, 18};
-    case DType::Q4_1: return {"Q4_1", 32, 20};
-    case DType::Q5_0: return {"Q5_0", 32, 22};
-    case DType::Q5_1: return {"Q5_1", 32, 24};
-    case DType::Q4_K: return {"Q4_K", 256, 144};
-    case DType::Q5_K: return {"Q5_K", 256, 176};
-    case DType::Q6_K: return {"Q6_K", 256, 210};
-    case DType::Q8_0x16: return {"Q8_0x16", 32, 34};
-    case DType::Q4_0x16: return {"Q4_0x16", 32, 18};
+    case DType::F32:
+      return {"F32", 1, 4};
+    case DType::F16:
+      return {"F16", 1, 2};
+    case DType::BF16:
+      return {"BF16", 1, 2};
+    case DType::Q8_0:
+      return {"Q8_0", 32, 34};
+    case DType::Q4_0:
+      return {"Q4_0", 32, 18};
+    case DType::Q4_1:
+      return {"Q4_1", 32, 20};
+    case DType::Q5_0:
+      return {"Q5_0", 32, 22};
+    case DType::Q5_1:
+      return {"Q5_1", 32, 24};
+    case DType::Q4_K:
+      return {"Q4_K", 256, 144};
+    case DType::Q5_K:
+      return {"Q5_K", 256, 176};
+    case DType::Q6_K:
+      return {"Q6_K", 256, 210};
+    case DType::Q8_0x16:
+      return {"Q8_0x16", 32, 34};
+    case DType::Q4_0x16:
+      return {"Q4_0x16", 32, 18};
   }
   return {"?", 0, 0};
 }
 
 constexpr bool is_known_dtype(std::uint32_t id) {
   switch (static_cast<DType>(id)) {
-    case DType::F32: case DType::F16: case DType::BF16: case DType::Q8_0:
-    case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1: case DType::Q4_K:
-    case DType::Q5_K: case DType::Q6_K: return true;
-    case DType::Q8_0x16: case DType::Q4_0x16: return false;  // not a file's type
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16:
+    case DType::Q8_0:
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
+      return true;
+    case DType::Q8_0x16:
+    case DType::Q4_0x16:
+      return false;  // not a file's type
   }
   return false;
 }
@@ -105,7 +129,10 @@ inline float f16_to_f32(std::uint16_t h) {
       bits = sign;
     } else {  // subnormal: normalise
       int e = -1;
-      do { ++e; mant <<= 1; } while ((mant & 0x400u) == 0);
+      do {
+        ++e;
+        mant <<= 1;
+      } while ((mant & 0x400u) == 0);
       bits = sign | std::uint32_t(127 - 15 - e) << 23 | (mant & 0x3ffu) << 13;
     }
   } else if (exp == 0x1f) {
@@ -121,9 +148,9 @@ inline std::uint16_t f32_to_f16(float f) {
   const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
   const std::uint32_t sign = (u >> 16) & 0x8000u;
   const std::uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);  // NaN
-  if (abs >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u); // overflow to inf
-  if (abs < 0x38800000u) {  // subnormal half (or zero): scale into integer mantissa
+  if (abs > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);   // NaN
+  if (abs >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // overflow to inf
+  if (abs < 0x38800000u) {                                    // subnormal half (or zero): scale into integer mantissa
     const float a = std::bit_cast<float>(abs) * 16777216.0f;  // * 2^24
     const std::uint32_t m = static_cast<std::uint32_t>(a);
     const float frac = a - static_cast<float>(m);

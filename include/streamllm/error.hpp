@@ -19,8 +19,7 @@ class Error : public std::runtime_error {
 class FileError : public Error {
  public:
   FileError(std::string_view path, std::string_view problem)
-      : Error("file '" + std::string(path) + "': " + std::string(problem)),
-        path_(path) {}
+      : Error("file '" + std::string(path) + "': " + std::string(problem)), path_(path) {}
   const std::string& path() const noexcept { return path_; }
 
  private:

@@ -21,8 +21,7 @@ namespace streamllm {
 // The token loop of one sequence: feeds each sampled token back until the
 // step ends or the cache is full.
 template <class Config>
-void decode_until_done(Llama<Config>& model, KVCacheBase<Config>& cache, std::span<const float> logits,
-                       GenerationStep& step) {
+void decode_until_done(Llama<Config>& model, KVCacheBase<Config>& cache, std::span<const float> logits, GenerationStep& step) {
   while (step.next(logits)) {
     if (!cache.has_room(1)) {
       step.finish(StopReason::CacheFull);
@@ -39,9 +38,8 @@ void decode_until_done(Llama<Config>& model, KVCacheBase<Config>& cache, std::sp
 // thrown by the callback ends the generation and is rethrown here.
 template <class Config>
 GenerationResult generate_from(Llama<Config>& model, const Tokenizer& tok, KVCacheBase<Config>& cache,
-                               std::span<const float> logits, std::span<const TokenId> context,
-                               const GenerationOptions& opt, const PieceCallback& on_piece,
-                               std::chrono::steady_clock::time_point start) {
+                               std::span<const float> logits, std::span<const TokenId> context, const GenerationOptions& opt,
+                               const PieceCallback& on_piece, std::chrono::steady_clock::time_point start) {
   check_generation<Config>(tok, opt);
   GenerationStep step(tok, opt, context, on_piece, start);
   decode_until_done(model, cache, logits, step);
@@ -53,9 +51,8 @@ GenerationResult generate_from(Llama<Config>& model, const Tokenizer& tok, KVCac
 // last sampled token is not fed to the model (nothing would read its logits),
 // so on return the cache holds the prompt and all generated tokens but the last.
 template <class Config>
-GenerationResult generate(Llama<Config>& model, const Tokenizer& tok, KVCacheBase<Config>& cache,
-                          std::span<const TokenId> prompt, const GenerationOptions& opt,
-                          const PieceCallback& on_piece) {
+GenerationResult generate(Llama<Config>& model, const Tokenizer& tok, KVCacheBase<Config>& cache, std::span<const TokenId> prompt,
+                          const GenerationOptions& opt, const PieceCallback& on_piece) {
   const auto t0 = std::chrono::steady_clock::now();
   check_generation<Config>(tok, opt);
   const std::span<const float> logits = model.prefill(prompt, cache, opt.on_prefill_progress);
@@ -65,20 +62,20 @@ GenerationResult generate(Llama<Config>& model, const Tokenizer& tok, KVCacheBas
   return res;
 }
 template <class Config>
-GenerationResult generate(Llama<Config>& model, const Tokenizer& tok, KVCacheBase<Config>& cache,
-                          std::span<const TokenId> prompt, const GenerationOptions& opt, TextCallback on_text) {
+GenerationResult generate(Llama<Config>& model, const Tokenizer& tok, KVCacheBase<Config>& cache, std::span<const TokenId> prompt,
+                          const GenerationOptions& opt, TextCallback on_text) {
   return generate(model, tok, cache, prompt, opt, text_only(std::move(on_text)));
 }
 template <class Config>
-GenerationResult generate(Llama<Config>& model, const Tokenizer& tok, KVCacheBase<Config>& cache,
-                          std::span<const TokenId> prompt, const GenerationOptions& opt, std::nullptr_t) {
+GenerationResult generate(Llama<Config>& model, const Tokenizer& tok, KVCacheBase<Config>& cache, std::span<const TokenId> prompt,
+                          const GenerationOptions& opt, std::nullptr_t) {
   return generate(model, tok, cache, prompt, opt, PieceCallback());
 }
 
 // The same after a text prompt, encoded with BOS.
 template <class Config>
-GenerationResult generate(Llama<Config>& model, const Tokenizer& tok, KVCacheBase<Config>& cache,
-                          std::string_view prompt, const GenerationOptions& opt, TextCallback on_text) {
+GenerationResult generate(Llama<Config>& model, const Tokenizer& tok, KVCacheBase<Config>& cache, std::string_view prompt,
+                          const GenerationOptions& opt, TextCallback on_text) {
   const std::vector<TokenId> ids = tok.encode(prompt, true);
   return generate(model, tok, cache, std::span<const TokenId>(ids), opt, text_only(std::move(on_text)));
 }

@@ -38,13 +38,20 @@ enum class StopReason {
 
 inline const char* to_string(StopReason r) {
   switch (r) {
-    case StopReason::EndOfSequence: return "end of sequence";
-    case StopReason::StopToken: return "stop token";
-    case StopReason::StopString: return "stop string";
-    case StopReason::MaxTokens: return "token limit";
-    case StopReason::CacheFull: return "cache full";
-    case StopReason::Cancelled: return "cancelled";
-    case StopReason::Error: return "error";
+    case StopReason::EndOfSequence:
+      return "end of sequence";
+    case StopReason::StopToken:
+      return "stop token";
+    case StopReason::StopString:
+      return "stop string";
+    case StopReason::MaxTokens:
+      return "token limit";
+    case StopReason::CacheFull:
+      return "cache full";
+    case StopReason::Cancelled:
+      return "cancelled";
+    case StopReason::Error:
+      return "error";
   }
   return "?";
 }
@@ -73,12 +80,12 @@ struct GenerationResult {
   std::vector<TokenLogprob> logprobs;  // one per token when asked (a stop token's included)
   std::string text;                    // what the callback was handed
   std::size_t prompt_tokens = 0;
-  std::size_t cached_tokens = 0;       // prompt tokens found in a cache rather than prefilled
+  std::size_t cached_tokens = 0;  // prompt tokens found in a cache rather than prefilled
   StopReason stop = StopReason::MaxTokens;
-  std::string error;                   // the failure, when stop == Error
-  double time_to_first_token_s = 0;    // request start to the first generated token
-  double prefill_s = 0;                // request start to the prompt's logits
-  double decode_s = 0;                 // first to last generated token
+  std::string error;                 // the failure, when stop == Error
+  double time_to_first_token_s = 0;  // request start to the first generated token
+  double prefill_s = 0;              // request start to the prompt's logits
+  double decode_s = 0;               // first to last generated token
   double total_s = 0;
 
   std::size_t prefilled_tokens() const { return prompt_tokens - cached_tokens; }
@@ -86,9 +93,7 @@ struct GenerationResult {
   double tokens_per_s() const {
     return tokens.size() > 1 && decode_s > 0 ? static_cast<double>(tokens.size() - 1) / decode_s : 0.0;
   }
-  double prefill_tokens_per_s() const {
-    return prefill_s > 0 ? static_cast<double>(prefilled_tokens()) / prefill_s : 0.0;
-  }
+  double prefill_tokens_per_s() const { return prefill_s > 0 ? static_cast<double>(prefilled_tokens()) / prefill_s : 0.0; }
 };
 
 // A piece of streamed text and the generated tokens whose text it completes
@@ -120,7 +125,8 @@ inline void check_generation(const Tokenizer& tok, const GenerationOptions& opt,
                        std::to_string(model_vocab));
   for (TokenId t : opt.stop_tokens) tok.check_id(t);
   StopStrings check(opt.stop_strings);
-  if (opt.logprobs > model_vocab) throw InputError("generate: logprobs " + std::to_string(opt.logprobs) + " exceeds the vocabulary");
+  if (opt.logprobs > model_vocab)
+    throw InputError("generate: logprobs " + std::to_string(opt.logprobs) + " exceeds the vocabulary");
 }
 template <class Config>
 void check_generation(const Tokenizer& tok, const GenerationOptions& opt) {
@@ -134,10 +140,16 @@ class GenerationStep {
   // `context` is what the model has been fed (the prompt, BOS included): the
   // repetition penalty reads it, and the detokeniser joins the text to it.
   // With echo_prompt its text is streamed here, first.
-  GenerationStep(const Tokenizer& tok, const GenerationOptions& opt, std::span<const TokenId> context,
-                 PieceCallback on_piece, Clock::time_point start = Clock::now())
-      : tok_(&tok), opt_(opt), sampler_(opt.sampling), detok_(tok), stops_(opt.stop_strings),
-        on_piece_(std::move(on_piece)), start_(start), first_token_(start) {
+  GenerationStep(const Tokenizer& tok, const GenerationOptions& opt, std::span<const TokenId> context, PieceCallback on_piece,
+                 Clock::time_point start = Clock::now())
+      : tok_(&tok),
+        opt_(opt),
+        sampler_(opt.sampling),
+        detok_(tok),
+        stops_(opt.stop_strings),
+        on_piece_(std::move(on_piece)),
+        start_(start),
+        first_token_(start) {
     result_.prompt_tokens = context.size();
     const std::size_t expected = opt_.max_new_tokens >= 0 ? static_cast<std::size_t>(opt_.max_new_tokens) : 256;
     history_.reserve(context.size() + expected);
@@ -232,9 +244,7 @@ class GenerationStep {
  private:
   static constexpr std::size_t kNoText = std::numeric_limits<std::size_t>::max();
 
-  static double seconds(Clock::time_point a, Clock::time_point b) {
-    return std::chrono::duration<double>(b - a).count();
-  }
+  static double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
   std::optional<StopReason> stop_token(TokenId t) const {
     if (opt_.stop_at_eos && t == tok_->eos()) return StopReason::EndOfSequence;
@@ -284,7 +294,7 @@ class GenerationStep {
   StopStrings stops_;
   PieceCallback on_piece_;
   Clock::time_point start_, first_token_;
-  std::vector<TokenId> history_;     // context + generated, for the repetition penalty
+  std::vector<TokenId> history_;       // context + generated, for the repetition penalty
   std::vector<std::size_t> text_end_;  // per token: bytes of generated text once it was decoded
   std::size_t produced_ = 0, released_ = 0, reported_ = 0;
   bool all_final_ = false;

@@ -40,7 +40,9 @@ struct CacheLineAllocator {
   }
   void deallocate(T* p, std::size_t) noexcept { std::free(p); }
   template <class U>
-  bool operator==(const CacheLineAllocator<U>&) const noexcept { return true; }
+  bool operator==(const CacheLineAllocator<U>&) const noexcept {
+    return true;
+  }
 };
 
 template <class T>

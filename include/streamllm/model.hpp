@@ -47,8 +47,8 @@ template <class Config>
 class Llama {
  public:
   using Cache = KVCacheBase<Config>;
-  static constexpr std::size_t D = Config::Dim, H = Config::HiddenDim, KV = Config::KVDim,
-                               HD = Config::HeadDim, V = Config::Vocab;
+  static constexpr std::size_t D = Config::Dim, H = Config::HiddenDim, KV = Config::KVDim, HD = Config::HeadDim,
+                               V = Config::Vocab;
 
   // One sequence's part of a forward call: its cache and the tokens to append.
   struct Sequence {
@@ -61,9 +61,7 @@ class Llama {
   class Logits {
    public:
     // Logits of token i of sequence s (i counts the tokens whose logits were asked).
-    std::span<const float> row(std::size_t s, std::size_t i = 0) const {
-      return {data_ + (first_[s] + i) * V, V};
-    }
+    std::span<const float> row(std::size_t s, std::size_t i = 0) const { return {data_ + (first_[s] + i) * V, V}; }
     // Logits of the last token of sequence s.
     std::span<const float> last(std::size_t s) const { return row(s, first_[s + 1] - first_[s] - 1); }
     std::size_t rows(std::size_t s) const { return first_[s + 1] - first_[s]; }
@@ -150,9 +148,8 @@ class Llama {
   static void check_tokens(std::span<const TokenId> tokens, std::size_t seq) {
     for (std::size_t i = 0; i < tokens.size(); ++i)
       if (tokens[i] < 0 || tokens[i] >= static_cast<TokenId>(V))
-        throw InputError("token id " + std::to_string(tokens[i]) + " at index " + std::to_string(i) +
-                         " of sequence " + std::to_string(seq) + " is out of range [0, " +
-                         std::to_string(V) + ")");
+        throw InputError("token id " + std::to_string(tokens[i]) + " at index " + std::to_string(i) + " of sequence " +
+                         std::to_string(seq) + " is out of range [0, " + std::to_string(V) + ")");
   }
 
   // All checks before any state changes, so a bad call leaves every cache as it was.
@@ -161,8 +158,7 @@ class Llama {
       if (!seqs[s].cache) throw InputError("forward: sequence " + std::to_string(s) + " has no cache");
       for (std::size_t o = 0; o < s; ++o)
         if (seqs[o].cache == seqs[s].cache)
-          throw InputError("forward: sequences " + std::to_string(o) + " and " + std::to_string(s) +
-                           " share one cache");
+          throw InputError("forward: sequences " + std::to_string(o) + " and " + std::to_string(s) + " share one cache");
       check_tokens(seqs[s].tokens, s);
       seqs[s].cache->check_room(static_cast<std::int64_t>(seqs[s].tokens.size()));
     }
@@ -240,8 +236,7 @@ class Llama {
 // the others compiles the forward pass, and every kernel under it, once.
 template <class Config>
 Llama<Config>::Llama(ModelWeights<Config> weights)
-    : w_(interleave_int8_weights(with_fingerprint(std::move(weights)))),
-      rope_(static_cast<int>(HD), w_.hparams.rope_theta) {}
+    : w_(interleave_int8_weights(with_fingerprint(std::move(weights)))), rope_(static_cast<int>(HD), w_.hparams.rope_theta) {}
 
 template <class Config>
 typename Llama<Config>::Logits Llama<Config>::forward(std::span<const Sequence> seqs) {
@@ -304,7 +299,6 @@ void Llama<Config>::layer(int l, std::span<const Sequence> seqs) {
   for (std::size_t r = 0; r < R; ++r) kernels::add_inplace(x_.data() + r * D, xb_.data() + r * D, D);
 }
 
-
 template <class Config>
 void Llama<Config>::plan_attention(int l, std::span<const Sequence> seqs) {
   att_blocks_.clear();
@@ -342,8 +336,7 @@ typename Llama<Config>::Logits Llama<Config>::compute_logits() {
   grow(logit_in_, NL * D);
   grow(logits_, NL * V);
   for (std::size_t i = 0; i < NL; ++i)
-    kernels::rmsnorm(logit_in_.data() + i * D, x_.data() + logit_rows_[i] * D, w_.final_norm, D,
-                     w_.hparams.rms_eps);
+    kernels::rmsnorm(logit_in_.data() + i * D, x_.data() + logit_rows_[i] * D, w_.final_norm, D, w_.hparams.rms_eps);
   kernels::matmul(w_.classifier, logit_in_.data(), NL, D, logits_.data(), V);
   return logits_view();
 }

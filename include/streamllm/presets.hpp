@@ -32,8 +32,7 @@ decltype(auto) with_preset(const ModelShape& shape, F&& f, bool match_max_seq = 
   if (is(P::shape())) return f(P{});
   STREAMLLM_FOR_EACH_PRESET(STREAMLLM_TRY_PRESET)
 #undef STREAMLLM_TRY_PRESET
-  throw Error("no compiled-in preset has the shape " + shape.to_string() +
-              "; supported shapes:" + supported_presets() +
+  throw Error("no compiled-in preset has the shape " + shape.to_string() + "; supported shapes:" + supported_presets() +
               "\nOther shapes work through the library: name them as LlamaConfig<...> in your program.");
 }
 

@@ -28,8 +28,8 @@ struct SamplingParams {
   int repetition_window = 64;       // how many recent tokens the penalty looks at
   // OpenAI's penalties: logit[j] -= c[j] * frequency + (c[j] > 0) * presence,
   // c[j] the times this sampler has chosen j (the tokens of this generation).
-  float presence_penalty = 0.0f;    // [-2, 2]
-  float frequency_penalty = 0.0f;   // [-2, 2]
+  float presence_penalty = 0.0f;                      // [-2, 2]
+  float frequency_penalty = 0.0f;                     // [-2, 2]
   std::vector<std::pair<TokenId, float>> logit_bias;  // added to a token's logit, [-100, 100]
   std::uint64_t seed = 0;
 
@@ -37,12 +37,10 @@ struct SamplingParams {
     if (!(temperature >= 0.0f) || !std::isfinite(temperature))
       throw InputError("sampling: temperature " + std::to_string(temperature) + " must be >= 0");
     if (top_k < 0) throw InputError("sampling: top_k " + std::to_string(top_k) + " must be >= 0");
-    if (!(top_p > 0.0f && top_p <= 1.0f))
-      throw InputError("sampling: top_p " + std::to_string(top_p) + " must be in (0, 1]");
+    if (!(top_p > 0.0f && top_p <= 1.0f)) throw InputError("sampling: top_p " + std::to_string(top_p) + " must be in (0, 1]");
     if (!(repetition_penalty > 0.0f))
       throw InputError("sampling: repetition_penalty " + std::to_string(repetition_penalty) + " must be > 0");
-    if (repetition_window < 0)
-      throw InputError("sampling: repetition_window must be >= 0");
+    if (repetition_window < 0) throw InputError("sampling: repetition_window must be >= 0");
     if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f))
       throw InputError("sampling: presence_penalty " + std::to_string(presence_penalty) + " must be in [-2, 2]");
     if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f))
@@ -145,7 +143,10 @@ class Sampler {
       double mass = 0;
       for (std::size_t i = 0; i < cand_.size(); ++i) {
         mass += probs_[i] / sum;
-        if (mass >= params_.top_p) { keep = i + 1; break; }
+        if (mass >= params_.top_p) {
+          keep = i + 1;
+          break;
+        }
       }
     }
     double kept_mass = 0;
@@ -188,8 +189,7 @@ class Sampler {
     if (logits.empty()) throw InputError("sampling: no logits");
     for (std::size_t i = 0; i < logits.size(); ++i)
       if (std::isnan(logits[i]) || logits[i] == std::numeric_limits<float>::infinity())
-        throw InputError("sampling: the logit of token " + std::to_string(i) + " is " +
-                         (std::isnan(logits[i]) ? "NaN" : "+Inf") +
+        throw InputError("sampling: the logit of token " + std::to_string(i) + " is " + (std::isnan(logits[i]) ? "NaN" : "+Inf") +
                          "; the model's weights hold NaN/Inf or its activations overflowed");
   }
 
@@ -199,8 +199,8 @@ class Sampler {
   }
 
   TokenId choose(std::span<const float> logits, std::span<const TokenId> history) {
-    const bool adjusted = penalised(history) || (!chosen_.empty() && (params_.presence_penalty != 0.0f ||
-                                                                      params_.frequency_penalty != 0.0f)) ||
+    const bool adjusted = penalised(history) ||
+                          (!chosen_.empty() && (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f)) ||
                           !params_.logit_bias.empty();
     if (params_.temperature <= 0.0f && !adjusted) {
       check_logits(logits);

@@ -68,10 +68,10 @@ struct SchedulerOptions {
 // (BatchScheduler::Request adds that). Free of the model's shape, so that a
 // server's code above the scheduler is compiled once (serve/engine.hpp).
 struct SequenceRequest {
-  std::vector<TokenId> prompt;  // BOS included
-  CacheShape cache_shape;       // of the new cache, when neither a kept one nor its own
-  GenerationOptions options;    // sampling, max tokens, stops, logprobs, echo
-  PieceCallback on_piece;       // each piece of text; return false to stop
+  std::vector<TokenId> prompt;                           // BOS included
+  CacheShape cache_shape;                                // of the new cache, when neither a kept one nor its own
+  GenerationOptions options;                             // sampling, max tokens, stops, logprobs, echo
+  PieceCallback on_piece;                                // each piece of text; return false to stop
   std::function<void(const GenerationResult&)> on_done;  // once, when the sequence ends for any reason
   // A chat answer: its cache is closed with EOS, as the next turn will read it.
   bool close_with_eos = false;
@@ -143,8 +143,7 @@ class BatchScheduler {
 
   // Steps until every submitted sequence has ended.
   void run_until_idle() {
-    while (step()) {
-    }
+    while (step()) {}
   }
 
   // Runs steps on a thread of its own while there is work (a server's mode).
@@ -170,8 +169,10 @@ class BatchScheduler {
     }
     const auto deadline = Clock::now() + grace;
     while (Clock::now() < deadline && (active() > 0 || waiting() > 0)) {
-      if (!worker_.joinable()) step();
-      else std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      if (!worker_.joinable())
+        step();
+      else
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     stop();
   }
@@ -236,7 +237,7 @@ class BatchScheduler {
     bool known = true;              // false: a caller's cache that held something already
     bool broken = false;            // a failed forward left the cache half written
     bool reported = false;
-    SequenceId source = 0;          // Waiting: whose cache, up to `wait_for` tokens
+    SequenceId source = 0;  // Waiting: whose cache, up to `wait_for` tokens
     std::size_t wait_for = 0;
   };
 
@@ -252,8 +253,8 @@ class BatchScheduler {
     if (!s.dense()) {
       if (s.sinks < 0 || s.window < 1 || s.sinks + s.window > Config::MaxSeq)
         throw InputError("scheduler: a sink+window cache of " + std::to_string(s.sinks) + " sinks and a window of " +
-                         std::to_string(s.window) + " (sinks >= 0, window >= 1, sum <= MaxSeq " +
-                         std::to_string(Config::MaxSeq) + ")");
+                         std::to_string(s.window) + " (sinks >= 0, window >= 1, sum <= MaxSeq " + std::to_string(Config::MaxSeq) +
+                         ")");
       return;
     }
     const std::int64_t cap = s.capacity > 0 ? s.capacity : Config::MaxSeq;
@@ -360,8 +361,8 @@ class BatchScheduler {
       const std::size_t n = std::min(common_prefix(prompt, ids), prompt.size() - 1);
       // A ring passes a point without stopping unless it is in its prefill
       // (whose chunks stop there, plan()) or that point is its end.
-      const bool reachable = s.req.cache_shape.dense() || a->phase == Phase::Prefill ||
-                             (a->phase == Phase::Closing && n == ids.size());
+      const bool reachable =
+          s.req.cache_shape.dense() || a->phase == Phase::Prefill || (a->phase == Phase::Closing && n == ids.size());
       if (reachable && n > best_n) {
         best = a.get();
         best_n = n;
@@ -412,8 +413,10 @@ class BatchScheduler {
       } else if (s.phase == Phase::Closing) {
         const auto room = static_cast<std::size_t>(std::max<std::int64_t>(0, s.cache->capacity() - s.cache->size()));
         if (s.cache->kind() == Cache::Kind::Dense && s.feed.size() > room) s.feed.resize(room);
-        if (s.feed.empty()) s.phase = Phase::Ended;
-        else add(s);
+        if (s.feed.empty())
+          s.phase = Phase::Ended;
+        else
+          add(s);
       }
     }
     for (auto& sp : active_) {

@@ -22,8 +22,7 @@ class StopStrings {
   StopStrings() = default;
   explicit StopStrings(std::vector<std::string> stops) : stops_(std::move(stops)) {
     if (stops_.size() > kMaxStrings)
-      throw InputError("stop strings: " + std::to_string(stops_.size()) + " given, at most " +
-                       std::to_string(kMaxStrings));
+      throw InputError("stop strings: " + std::to_string(stops_.size()) + " given, at most " + std::to_string(kMaxStrings));
     for (const auto& s : stops_)
       if (s.empty()) throw InputError("stop strings: an empty stop string would stop at once");
   }

@@ -87,9 +87,8 @@ class Tokenizer {
 
   void check_id(TokenId id, std::size_t index = 0) const {
     if (id < 0 || id >= vocab_size())
-      throw InputError("token id " + std::to_string(id) + " at index " + std::to_string(index) +
-                       " is out of range [0, " + std::to_string(vocab_size()) + ") of tokenizer '" +
-                       source_ + "'");
+      throw InputError("token id " + std::to_string(id) + " at index " + std::to_string(index) + " is out of range [0, " +
+                       std::to_string(vocab_size()) + ") of tokenizer '" + source_ + "'");
   }
 
   // Per-id facts the streaming detokeniser reads.

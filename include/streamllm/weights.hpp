@@ -45,8 +45,8 @@ void check_shape(const ModelShape& file, const std::string& path) {
   std::string diff;
   auto field = [&](const char* name, std::int64_t got, std::int64_t expected) {
     if (got != expected)
-      diff += std::string(diff.empty() ? "" : ", ") + name + " is " + std::to_string(got) +
-              " in the file but " + std::to_string(expected) + " in the template";
+      diff += std::string(diff.empty() ? "" : ", ") + name + " is " + std::to_string(got) + " in the file but " +
+              std::to_string(expected) + " in the template";
   };
   field("dim", file.dim, want.dim);
   field("hidden_dim", file.hidden_dim, want.hidden_dim);

@@ -30,16 +30,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const streamllm::TokenId prompt[] = {1, 3, 5};
     (void)model.prefill(prompt, cache);
     (void)model.decode(2, cache);
-  } catch (const streamllm::Error&) {
-  }
+  } catch (const streamllm::Error&) {}
   try {
     const streamllm::io::GgufFile f(bytes, size, "fuzz-input");
     (void)streamllm::io::SentencePieceModel::from_gguf(f).serialize();
-  } catch (const streamllm::Error&) {
-  }
+  } catch (const streamllm::Error&) {}
   try {  // the same bytes as a SentencePiece .model (protobuf)
     (void)streamllm::io::SentencePieceModel::parse({reinterpret_cast<const char*>(data), size}, "fuzz-input").serialize();
-  } catch (const streamllm::Error&) {
-  }
+  } catch (const streamllm::Error&) {}
   return 0;
 }

@@ -30,8 +30,7 @@ void write_model(const std::string& path, streamllm::DType type) {
     for (float& v : x) v = static_cast<float>((seed = seed * 1103515245u + 12345u) >> 16 & 255u) / 128.0f - 1.0f;
     const std::int64_t rb = streamllm::row_bytes(t, cols);
     std::vector<std::byte> b(static_cast<std::size_t>(rb * rows));
-    for (std::int64_t r = 0; r < rows; ++r)
-      streamllm::quant::quantize_row(t, x.data() + r * cols, cols, b.data() + r * rb);
+    for (std::int64_t r = 0; r < rows; ++r) streamllm::quant::quantize_row(t, x.data() + r * cols, cols, b.data() + r * rb);
     w.add_tensor(name, t, rows == 1 ? std::vector<std::int64_t>{cols} : std::vector<std::int64_t>{cols, rows}, b);
   };
   add("token_embd.weight", type, C::Vocab, C::Dim);
@@ -67,7 +66,10 @@ int main(int argc, char** argv) {
   w.set("general.flag", true);
   w.set("general.big", std::uint64_t(1) << 40);
   w.set("tokenizer.ggml.model", std::string("llama"));
-  w.set("tokenizer.ggml.tokens", std::vector<std::string>{"<unk>", "<s>", "</s>", "<0x41>", "\xe2\x96\x81" "a", "b"});
+  w.set("tokenizer.ggml.tokens", std::vector<std::string>{"<unk>", "<s>", "</s>", "<0x41>",
+                                                          "\xe2\x96\x81"
+                                                          "a",
+                                                          "b"});
   w.set("tokenizer.ggml.scores", std::vector<float>{0, 0, 0, 0, -1, -2});
   w.set("tokenizer.ggml.token_type", std::vector<std::int32_t>{2, 3, 3, 6, 1, 1});
   std::vector<float> x(64 * 2);
@@ -75,17 +77,24 @@ int main(int argc, char** argv) {
   int n = 0;
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0}) {
     std::vector<std::byte> b(static_cast<std::size_t>(streamllm::row_bytes(t, 64) * 2));
-    for (int r = 0; r < 2; ++r) streamllm::quant::quantize_row(t, x.data() + 64 * r, 64, b.data() + r * streamllm::row_bytes(t, 64));
+    for (int r = 0; r < 2; ++r)
+      streamllm::quant::quantize_row(t, x.data() + 64 * r, 64, b.data() + r * streamllm::row_bytes(t, 64));
     w.add_tensor("t" + std::to_string(n++), t, {64, 2}, b);
   }
   w.write(dir + "/seed-all-types.gguf");
   // Whole models of the fuzzer's shape (tests/fuzz/fuzz_shape.hpp), so the
   // loader and a forward pass run on mutations of real files.
-  for (DType t : {DType::F32, DType::Q8_0, DType::Q4_0}) write_model(dir + "/seed-model-" + std::string(streamllm::dtype_name(t)) + ".gguf", t);
+  for (DType t : {DType::F32, DType::Q8_0, DType::Q4_0})
+    write_model(dir + "/seed-model-" + std::string(streamllm::dtype_name(t)) + ".gguf", t);
   io::SentencePieceModel sp;
-  sp.pieces = {{"<unk>", 0, io::SentencePieceModel::Unknown}, {"<s>", 0, io::SentencePieceModel::Control},
-               {"</s>", 0, io::SentencePieceModel::Control}, {"<0x41>", 0, io::SentencePieceModel::Byte},
-               {"\xe2\x96\x81" "a", -1, io::SentencePieceModel::Normal}, {"b", -2, io::SentencePieceModel::Normal}};
+  sp.pieces = {{"<unk>", 0, io::SentencePieceModel::Unknown},
+               {"<s>", 0, io::SentencePieceModel::Control},
+               {"</s>", 0, io::SentencePieceModel::Control},
+               {"<0x41>", 0, io::SentencePieceModel::Byte},
+               {"\xe2\x96\x81"
+                "a",
+                -1, io::SentencePieceModel::Normal},
+               {"b", -2, io::SentencePieceModel::Normal}};
   const std::string proto = sp.serialize();
   std::ofstream(dir + "/seed-tokenizer.model", std::ios::binary).write(proto.data(), static_cast<std::streamsize>(proto.size()));
   io::GgufWriter empty;

@@ -93,8 +93,7 @@ CacheFileInfo read_head(std::ifstream& in, const std::string& path, std::uint64_
   if (h.fingerprint != fingerprint)
     throw fail("written by another model (fingerprint " + hex(h.fingerprint) + ", this model's is " + hex(fingerprint) + ")");
   const ModelShape s{h.shape[0], h.shape[1], h.shape[2], h.shape[3], h.shape[4], h.shape[5], h.shape[6]};
-  if (!(s == Config::shape()))
-    throw fail("for the shape " + s.to_string() + ", this model is " + Config::shape().to_string());
+  if (!(s == Config::shape())) throw fail("for the shape " + s.to_string() + ", this model is " + Config::shape().to_string());
   if (h.kind > 1) throw fail("unknown cache kind " + std::to_string(h.kind));
   info.sink_window = h.kind == 1;
   info.sinks = h.sinks;

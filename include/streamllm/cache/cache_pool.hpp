@@ -61,11 +61,11 @@ inline std::size_t common_prefix(std::span<const TokenId> a, std::span<const Tok
 }
 
 struct CachePoolOptions {
-  std::size_t max_bytes = 0;           // memory for kept caches; 0 keeps none in memory
-  std::string dir;                     // where evicted caches go ("" : nowhere)
+  std::size_t max_bytes = 0;  // memory for kept caches; 0 keeps none in memory
+  std::string dir;            // where evicted caches go ("" : nowhere)
   std::uintmax_t max_dir_bytes = std::uintmax_t(4) << 30;
-  std::uint64_t fingerprint = 0;       // the model's (Llama::fingerprint)
-  std::function<void(const std::string&)> warn;              // files ignored, writes that failed
+  std::uint64_t fingerprint = 0;                              // the model's (Llama::fingerprint)
+  std::function<void(const std::string&)> warn;               // files ignored, writes that failed
   std::function<void(const std::string& note)> on_disk_note;  // each usable file's note, at start
 };
 
@@ -91,9 +91,7 @@ class CachePool {
   bool enabled() const { return opt_.max_bytes > 0 || !opt_.dir.empty(); }
 
   // How many prompt tokens take() would find (nothing is moved).
-  std::size_t match(std::span<const TokenId> prompt, const CacheShape& shape) const {
-    return best(prompt, shape).tokens;
-  }
+  std::size_t match(std::span<const TokenId> prompt, const CacheShape& shape) const { return best(prompt, shape).tokens; }
 
   // The cache to continue `prompt` from: a kept one holding its longest
   // prefix (at most all but its last token: the model must compute that
@@ -136,9 +134,9 @@ class CachePool {
       it = covered ? erase(it) : std::next(it);
     }
     for (auto it = disk_.begin(); it != disk_.end();) {
-      const bool covered = it->ids.size() <= ids.size() && CacheShape{it->sinks, it->sink_window ? it->window : 0}.matches(*cache) &&
-                           common_prefix(it->ids, ids) == it->ids.size() &&
-                           cache->can_truncate(static_cast<std::int64_t>(it->ids.size()));
+      const bool covered =
+          it->ids.size() <= ids.size() && CacheShape{it->sinks, it->sink_window ? it->window : 0}.matches(*cache) &&
+          common_prefix(it->ids, ids) == it->ids.size() && cache->can_truncate(static_cast<std::int64_t>(it->ids.size()));
       it = covered ? remove_file(it) : std::next(it);
     }
     insert(std::move(cache), std::move(ids), std::move(note));
@@ -211,8 +209,8 @@ class CachePool {
   // Least recently used first: to the folder if there is one, else gone.
   void evict_to(std::size_t limit) {
     while (bytes_ > limit && !mem_.empty()) {
-      auto lru = std::min_element(mem_.begin(), mem_.end(),
-                                  [](const Entry& a, const Entry& b) { return a.last_used < b.last_used; });
+      auto lru =
+          std::min_element(mem_.begin(), mem_.end(), [](const Entry& a, const Entry& b) { return a.last_used < b.last_used; });
       if (!opt_.dir.empty()) write(*lru);
       erase(lru);
     }

@@ -58,9 +58,7 @@ class KVCacheBase {
   // How far the query's cache position lags its text position: positions are
   // text positions while the stream fits (t < sinks + window), cache
   // positions after that.
-  std::int64_t position_shift(std::int64_t t) const {
-    return std::max<std::int64_t>(0, t - (sinks() + window() - 1));
-  }
+  std::int64_t position_shift(std::int64_t t) const { return std::max<std::int64_t>(0, t - (sinks() + window() - 1)); }
 
   // Whether n more tokens can be appended; check_room throws CacheFullError
   // with the reason when they cannot.
@@ -72,8 +70,7 @@ class KVCacheBase {
 
   // Stores keys and values of the n tokens at text positions pos..pos+n-1
   // (row i at k + i * ld). Called once per layer, after that layer's attention.
-  virtual void store(int layer, std::int64_t pos, std::int64_t n, const float* k, const float* v,
-                     std::size_t ld) = 0;
+  virtual void store(int layer, std::int64_t pos, std::int64_t n, const float* k, const float* v, std::size_t ld) = 0;
 
   // Marks n more tokens as consumed, after all layers stored them.
   void advance(std::int64_t n) { size_ += n; }
@@ -87,9 +84,8 @@ class KVCacheBase {
   virtual bool can_truncate(std::int64_t n) const = 0;
   void truncate(std::int64_t n) {
     if (n < 0 || n > size_ || !can_truncate(n))
-      throw InputError(describe() + ": cannot be cut back from " + std::to_string(size_) + " to " +
-                       std::to_string(n) + " tokens" +
-                       (n <= size_ && n >= 0 ? " (its ring has wrapped: the tokens before are gone)" : ""));
+      throw InputError(describe() + ": cannot be cut back from " + std::to_string(size_) + " to " + std::to_string(n) +
+                       " tokens" + (n <= size_ && n >= 0 ? " (its ring has wrapped: the tokens before are gone)" : ""));
     size_ = n;
   }
 
@@ -172,9 +168,8 @@ class KVCache final : public KVCacheBase<Config> {
   bool has_room(std::int64_t n) const override { return this->size_ + n <= capacity_; }
   void check_room(std::int64_t n) const override {
     if (!has_room(n))
-      throw CacheFullError("dense KV cache is full: " + std::to_string(this->size_) + " tokens cached + " +
-                           std::to_string(n) + " new > " +
-                           (capacity_ == Config::MaxSeq ? "MaxSeq " : "capacity ") + std::to_string(capacity_) +
+      throw CacheFullError("dense KV cache is full: " + std::to_string(this->size_) + " tokens cached + " + std::to_string(n) +
+                           " new > " + (capacity_ == Config::MaxSeq ? "MaxSeq " : "capacity ") + std::to_string(capacity_) +
                            "; a sink+window cache (SinkWindowKVCache) never runs out");
   }
 
@@ -185,8 +180,7 @@ class KVCache final : public KVCacheBase<Config> {
     return 1;
   }
 
-  void store(int layer, std::int64_t pos, std::int64_t n, const float* k, const float* v,
-             std::size_t ld) override {
+  void store(int layer, std::int64_t pos, std::int64_t n, const float* k, const float* v, std::size_t ld) override {
     const std::size_t base = static_cast<std::size_t>(layer) * layer_floats_;
     for (std::int64_t i = 0; i < n; ++i) {
       const std::size_t slot = base + static_cast<std::size_t>(pos + i) * Config::KVDim;

@@ -33,8 +33,8 @@ class DynamicSinkWindowKVCache : public KVCacheBase<Config> {
  public:
   DynamicSinkWindowKVCache(std::int64_t sinks, std::int64_t window) : sinks_(sinks), window_(window) {
     if (sinks < 0 || window < 1)
-      throw InputError("sink+window cache: " + std::to_string(sinks) + " sinks and a window of " +
-                       std::to_string(window) + " (sinks >= 0, window >= 1)");
+      throw InputError("sink+window cache: " + std::to_string(sinks) + " sinks and a window of " + std::to_string(window) +
+                       " (sinks >= 0, window >= 1)");
     if (sinks + window > Config::MaxSeq)
       throw InputError("sink+window cache: " + std::to_string(sinks) + " sinks + window " + std::to_string(window) +
                        " exceed the model's MaxSeq " + std::to_string(Config::MaxSeq));
@@ -90,7 +90,8 @@ class DynamicSinkWindowKVCache : public KVCacheBase<Config> {
     std::int64_t slot = (lo - sinks_) % window_, pos = lo;
     while (count > 0) {
       const std::int64_t run = std::min(count, window_ - slot);
-      out[n++] = {ring_k_.data() + ring_offset(layer, slot), ring_v_.data() + ring_offset(layer, slot), Config::KVDim, run, false, pos};
+      out[n++] = {
+          ring_k_.data() + ring_offset(layer, slot), ring_v_.data() + ring_offset(layer, slot), Config::KVDim, run, false, pos};
       count -= run;
       pos += run;
       slot = 0;

@@ -24,12 +24,12 @@ struct RecipeInfo {
   std::uint32_t file_type;  // llama.cpp's llama_ftype
 };
 inline constexpr RecipeInfo kRecipes[] = {
-    {"f32", ConvertRecipe::F32, DType::F32, 0},         {"f16", ConvertRecipe::F16, DType::F16, 1},
-    {"bf16", ConvertRecipe::BF16, DType::BF16, 32},     {"q8_0", ConvertRecipe::Q8_0, DType::Q8_0, 7},
-    {"q4_0", ConvertRecipe::Q4_0, DType::Q4_0, 2},      {"q4_1", ConvertRecipe::Q4_1, DType::Q4_1, 3},
-    {"q5_0", ConvertRecipe::Q5_0, DType::Q5_0, 8},      {"q5_1", ConvertRecipe::Q5_1, DType::Q5_1, 9},
-    {"q4_k", ConvertRecipe::Q4_K, DType::Q4_K, 14},     {"q5_k", ConvertRecipe::Q5_K, DType::Q5_K, 16},
-    {"q6_k", ConvertRecipe::Q6_K, DType::Q6_K, 18},     {"q4_k_m", ConvertRecipe::Q4_K_M, DType::Q4_K, 15},
+    {"f32", ConvertRecipe::F32, DType::F32, 0},        {"f16", ConvertRecipe::F16, DType::F16, 1},
+    {"bf16", ConvertRecipe::BF16, DType::BF16, 32},    {"q8_0", ConvertRecipe::Q8_0, DType::Q8_0, 7},
+    {"q4_0", ConvertRecipe::Q4_0, DType::Q4_0, 2},     {"q4_1", ConvertRecipe::Q4_1, DType::Q4_1, 3},
+    {"q5_0", ConvertRecipe::Q5_0, DType::Q5_0, 8},     {"q5_1", ConvertRecipe::Q5_1, DType::Q5_1, 9},
+    {"q4_k", ConvertRecipe::Q4_K, DType::Q4_K, 14},    {"q5_k", ConvertRecipe::Q5_K, DType::Q5_K, 16},
+    {"q6_k", ConvertRecipe::Q6_K, DType::Q6_K, 18},    {"q4_k_m", ConvertRecipe::Q4_K_M, DType::Q4_K, 15},
     {"q5_k_m", ConvertRecipe::Q5_K_M, DType::Q5_K, 17}};
 
 inline const RecipeInfo& recipe_info(ConvertRecipe r) {
@@ -113,8 +113,9 @@ inline void write_llama_metadata(GgufWriter& w, const ModelShape& s, const Sente
 }
 
 // One tensor of f32 values, in the recipe's type for it.
-inline void add_converted_tensor(GgufWriter& w, ConvertRecipe recipe, const std::string& name, const std::vector<std::int64_t>& dims,
-                                 const float* data, std::int64_t layers, bool tied_output) {
+inline void add_converted_tensor(GgufWriter& w, ConvertRecipe recipe, const std::string& name,
+                                 const std::vector<std::int64_t>& dims, const float* data, std::int64_t layers,
+                                 bool tied_output) {
   std::int64_t layer = -1;
   if (name.rfind("blk.", 0) == 0) layer = std::stoll(name.substr(4));
   const DType type = dims.size() == 1 ? DType::F32 : tensor_type(recipe, name, dims[0], layer, layers, tied_output);
@@ -129,8 +130,8 @@ inline void add_converted_tensor(GgufWriter& w, ConvertRecipe recipe, const std:
   w.add_tensor(name, type, dims, std::move(bytes));
 }
 
-inline void convert_llama2c_to_gguf(const std::string& model_path, const std::string& tokenizer_path,
-                                    const std::string& out_path, ConvertRecipe recipe, const std::string& name = "llama") {
+inline void convert_llama2c_to_gguf(const std::string& model_path, const std::string& tokenizer_path, const std::string& out_path,
+                                    ConvertRecipe recipe, const std::string& name = "llama") {
   const MappedFile f(model_path);
   bool shared = true;
   const ModelShape s = read_llama2c_shape(f, &shared);

@@ -22,8 +22,19 @@
 namespace streamllm::io {
 
 enum class GgufType : std::uint32_t {
-  U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, Bool = 7,
-  String = 8, Array = 9, U64 = 10, I64 = 11, F64 = 12,
+  U8 = 0,
+  I8 = 1,
+  U16 = 2,
+  I16 = 3,
+  U32 = 4,
+  I32 = 5,
+  F32 = 6,
+  Bool = 7,
+  String = 8,
+  Array = 9,
+  U64 = 10,
+  I64 = 11,
+  F64 = 12,
 };
 
 inline const char* to_string(GgufType t) {
@@ -35,11 +46,23 @@ inline const char* to_string(GgufType t) {
 // Bytes of one scalar of a fixed-size type (0 for string and array).
 inline std::size_t gguf_scalar_size(GgufType t) {
   switch (t) {
-    case GgufType::U8: case GgufType::I8: case GgufType::Bool: return 1;
-    case GgufType::U16: case GgufType::I16: return 2;
-    case GgufType::U32: case GgufType::I32: case GgufType::F32: return 4;
-    case GgufType::U64: case GgufType::I64: case GgufType::F64: return 8;
-    default: return 0;
+    case GgufType::U8:
+    case GgufType::I8:
+    case GgufType::Bool:
+      return 1;
+    case GgufType::U16:
+    case GgufType::I16:
+      return 2;
+    case GgufType::U32:
+    case GgufType::I32:
+    case GgufType::F32:
+      return 4;
+    case GgufType::U64:
+    case GgufType::I64:
+    case GgufType::F64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
@@ -57,28 +80,42 @@ struct GgufValue {
   const std::byte* raw = nullptr;
   std::vector<std::string_view> strings;
 
-  bool is_integer() const {
-    return gguf_scalar_size(type) > 0 && type != GgufType::F32 && type != GgufType::F64;
-  }
+  bool is_integer() const { return gguf_scalar_size(type) > 0 && type != GgufType::F32 && type != GgufType::F64; }
   bool is_real() const { return type == GgufType::F32 || type == GgufType::F64; }
 
   // Element i of a fixed-size numeric array, widened.
   double number_at(std::uint64_t i) const {
     const std::byte* p = raw + i * gguf_scalar_size(elem);
-    auto get = [p]<class T>(T) { T v; std::memcpy(&v, p, sizeof v); return v; };
+    auto get = [p]<class T>(T) {
+      T v;
+      std::memcpy(&v, p, sizeof v);
+      return v;
+    };
     switch (elem) {
-      case GgufType::U8: return get(std::uint8_t{});
-      case GgufType::I8: return get(std::int8_t{});
-      case GgufType::U16: return get(std::uint16_t{});
-      case GgufType::I16: return get(std::int16_t{});
-      case GgufType::U32: return get(std::uint32_t{});
-      case GgufType::I32: return get(std::int32_t{});
-      case GgufType::F32: return get(float{});
-      case GgufType::Bool: return get(std::uint8_t{});
-      case GgufType::U64: return static_cast<double>(get(std::uint64_t{}));
-      case GgufType::I64: return static_cast<double>(get(std::int64_t{}));
-      case GgufType::F64: return get(double{});
-      default: return 0;
+      case GgufType::U8:
+        return get(std::uint8_t{});
+      case GgufType::I8:
+        return get(std::int8_t{});
+      case GgufType::U16:
+        return get(std::uint16_t{});
+      case GgufType::I16:
+        return get(std::int16_t{});
+      case GgufType::U32:
+        return get(std::uint32_t{});
+      case GgufType::I32:
+        return get(std::int32_t{});
+      case GgufType::F32:
+        return get(float{});
+      case GgufType::Bool:
+        return get(std::uint8_t{});
+      case GgufType::U64:
+        return static_cast<double>(get(std::uint64_t{}));
+      case GgufType::I64:
+        return static_cast<double>(get(std::int64_t{}));
+      case GgufType::F64:
+        return get(double{});
+      default:
+        return 0;
     }
   }
 };
@@ -87,7 +124,7 @@ struct GgufTensorInfo {
   std::string name;
   std::vector<std::int64_t> dims;  // ne0 (contiguous) first
   DType type = DType::F32;
-  std::uint64_t offset = 0;        // from the start of the data section
+  std::uint64_t offset = 0;  // from the start of the data section
   const std::byte* data = nullptr;
   std::uint64_t bytes = 0;
 
@@ -104,7 +141,9 @@ class GgufFile {
  public:
   explicit GgufFile(const std::string& path, LoadMode mode = LoadMode::Mapped) : file_(map_file(path, mode)) { parse(); }
   // Parses a buffer held by the caller (fuzzing, tests); `name` is used in messages.
-  GgufFile(const std::byte* data, std::size_t size, std::string name) : name_(std::move(name)), data_(data), size_(size) { parse(); }
+  GgufFile(const std::byte* data, std::size_t size, std::string name) : name_(std::move(name)), data_(data), size_(size) {
+    parse();
+  }
 
   const std::string& path() const { return file_ ? file_->path() : name_; }
   std::uint32_t version() const { return version_; }
@@ -141,7 +180,8 @@ class GgufFile {
   std::optional<std::string_view> string(std::string_view key) const {
     const GgufValue* v = find(key);
     if (!v) return std::nullopt;
-    if (v->type != GgufType::String) fail("metadata '" + std::string(key) + "' is " + to_string(v->type) + ", a string was expected");
+    if (v->type != GgufType::String)
+      fail("metadata '" + std::string(key) + "' is " + to_string(v->type) + ", a string was expected");
     return v->string;
   }
   std::int64_t required_integer(std::string_view key) const {
@@ -160,8 +200,8 @@ class GgufFile {
     std::size_t left() const { return f.size_ - at; }
     void need(std::uint64_t n, const std::string& what) const {
       if (n > left())
-        f.fail("truncated: " + what + " at byte " + std::to_string(at) + " needs " + std::to_string(n) +
-               " bytes, the file has " + std::to_string(left()) + " left");
+        f.fail("truncated: " + what + " at byte " + std::to_string(at) + " needs " + std::to_string(n) + " bytes, the file has " +
+               std::to_string(left()) + " left");
     }
     template <class T>
     T read(const std::string& what) {
@@ -206,8 +246,8 @@ class GgufFile {
     // Smallest possible entries: a key-value is 8 + 4 + 1 bytes, a tensor info 8 + 4 + 8 + 4 + 8.
     auto count_check = [&](std::uint64_t n, std::uint64_t min_bytes, const char* what) {
       if (n > c.left() / min_bytes)
-        fail(std::string("truncated or corrupt header: the ") + what + " " + std::to_string(n) + " is larger than the file could hold (" +
-             std::to_string(c.left()) + " bytes left)");
+        fail(std::string("truncated or corrupt header: the ") + what + " " + std::to_string(n) +
+             " is larger than the file could hold (" + std::to_string(c.left()) + " bytes left)");
     };
     count_check(n_kv, 13, "metadata count");
     count_check(n_tensors, 32, "tensor count");
@@ -243,18 +283,51 @@ class GgufFile {
     v.type = type;
     const std::string what = "value of '" + key + "'";
     switch (type) {
-      case GgufType::U8: v.uinteger = c.read<std::uint8_t>(what); v.integer = static_cast<std::int64_t>(v.uinteger); break;
-      case GgufType::I8: v.integer = c.read<std::int8_t>(what); v.uinteger = static_cast<std::uint64_t>(v.integer); break;
-      case GgufType::U16: v.uinteger = c.read<std::uint16_t>(what); v.integer = static_cast<std::int64_t>(v.uinteger); break;
-      case GgufType::I16: v.integer = c.read<std::int16_t>(what); v.uinteger = static_cast<std::uint64_t>(v.integer); break;
-      case GgufType::U32: v.uinteger = c.read<std::uint32_t>(what); v.integer = static_cast<std::int64_t>(v.uinteger); break;
-      case GgufType::I32: v.integer = c.read<std::int32_t>(what); v.uinteger = static_cast<std::uint64_t>(v.integer); break;
-      case GgufType::U64: v.uinteger = c.read<std::uint64_t>(what); v.integer = static_cast<std::int64_t>(v.uinteger); break;
-      case GgufType::I64: v.integer = c.read<std::int64_t>(what); v.uinteger = static_cast<std::uint64_t>(v.integer); break;
-      case GgufType::Bool: v.uinteger = c.read<std::uint8_t>(what) != 0; v.integer = static_cast<std::int64_t>(v.uinteger); break;
-      case GgufType::F32: v.real = c.read<float>(what); break;
-      case GgufType::F64: v.real = c.read<double>(what); break;
-      case GgufType::String: v.string = c.string(what); break;
+      case GgufType::U8:
+        v.uinteger = c.read<std::uint8_t>(what);
+        v.integer = static_cast<std::int64_t>(v.uinteger);
+        break;
+      case GgufType::I8:
+        v.integer = c.read<std::int8_t>(what);
+        v.uinteger = static_cast<std::uint64_t>(v.integer);
+        break;
+      case GgufType::U16:
+        v.uinteger = c.read<std::uint16_t>(what);
+        v.integer = static_cast<std::int64_t>(v.uinteger);
+        break;
+      case GgufType::I16:
+        v.integer = c.read<std::int16_t>(what);
+        v.uinteger = static_cast<std::uint64_t>(v.integer);
+        break;
+      case GgufType::U32:
+        v.uinteger = c.read<std::uint32_t>(what);
+        v.integer = static_cast<std::int64_t>(v.uinteger);
+        break;
+      case GgufType::I32:
+        v.integer = c.read<std::int32_t>(what);
+        v.uinteger = static_cast<std::uint64_t>(v.integer);
+        break;
+      case GgufType::U64:
+        v.uinteger = c.read<std::uint64_t>(what);
+        v.integer = static_cast<std::int64_t>(v.uinteger);
+        break;
+      case GgufType::I64:
+        v.integer = c.read<std::int64_t>(what);
+        v.uinteger = static_cast<std::uint64_t>(v.integer);
+        break;
+      case GgufType::Bool:
+        v.uinteger = c.read<std::uint8_t>(what) != 0;
+        v.integer = static_cast<std::int64_t>(v.uinteger);
+        break;
+      case GgufType::F32:
+        v.real = c.read<float>(what);
+        break;
+      case GgufType::F64:
+        v.real = c.read<double>(what);
+        break;
+      case GgufType::String:
+        v.string = c.string(what);
+        break;
       case GgufType::Array: {
         if (depth > 3) fail("metadata '" + key + "' nests arrays more than 4 deep");
         v.elem = static_cast<GgufType>(c.read<std::uint32_t>("element type of '" + key + "'"));
@@ -269,7 +342,8 @@ class GgufFile {
           c.at += static_cast<std::size_t>(v.count * elem_size);
         } else if (v.elem == GgufType::String) {
           v.strings.reserve(static_cast<std::size_t>(v.count));
-          for (std::uint64_t i = 0; i < v.count; ++i) v.strings.push_back(c.string("element " + std::to_string(i) + " of '" + key + "'"));
+          for (std::uint64_t i = 0; i < v.count; ++i)
+            v.strings.push_back(c.string("element " + std::to_string(i) + " of '" + key + "'"));
         } else if (v.elem == GgufType::Array) {
           for (std::uint64_t i = 0; i < v.count; ++i) {
             const auto t = static_cast<GgufType>(c.read<std::uint32_t>("type in '" + key + "'"));
@@ -293,7 +367,8 @@ class GgufFile {
     t.name = std::string(name);
     if (!names_.insert(name).second) fail("tensor '" + t.name + "' appears twice");
     const auto n_dims = c.read<std::uint32_t>("dimension count of '" + t.name + "'");
-    if (n_dims == 0 || n_dims > 4) fail("tensor '" + t.name + "' has " + std::to_string(n_dims) + " dimensions (1 to 4 are allowed)");
+    if (n_dims == 0 || n_dims > 4)
+      fail("tensor '" + t.name + "' has " + std::to_string(n_dims) + " dimensions (1 to 4 are allowed)");
     std::uint64_t elems = 1;
     for (std::uint32_t d = 0; d < n_dims; ++d) {
       const auto n = c.read<std::uint64_t>("dimension of '" + t.name + "'");

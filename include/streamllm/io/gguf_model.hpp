@@ -33,8 +33,11 @@ inline ModelShape gguf_shape(const GgufFile& f) {
     s.vocab = emb->dims[1];
   else if (const auto v = f.integer("llama.vocab_size"))
     s.vocab = *v;
-  for (auto [name, value] : {std::pair<const char*, std::int64_t>{"embedding_length", s.dim}, {"feed_forward_length", s.hidden_dim},
-                             {"block_count", s.layers}, {"attention.head_count", s.heads}, {"attention.head_count_kv", s.kv_heads}})
+  for (auto [name, value] : {std::pair<const char*, std::int64_t>{"embedding_length", s.dim},
+                             {"feed_forward_length", s.hidden_dim},
+                             {"block_count", s.layers},
+                             {"attention.head_count", s.heads},
+                             {"attention.head_count_kv", s.kv_heads}})
     if (value <= 0) f.fail(std::string("llama.") + name + " = " + std::to_string(value) + " must be positive");
   return s;
 }
@@ -117,8 +120,10 @@ ModelWeights<Config> load_gguf(std::shared_ptr<const GgufFile> file) {
   const double rms_eps = f.real("llama.attention.layer_norm_rms_epsilon").value_or(1e-5);
   // Checked as doubles: a value beyond float's range must not reach the cast.
   if (!(rope_theta > 0 && std::isfinite(rope_theta)) || !(rms_eps > 0 && rms_eps < 1))
-    f.fail("llama.rope.freq_base (" + (std::ostringstream() << rope_theta).str() + ") must be a positive number and "
-           "llama.attention.layer_norm_rms_epsilon (" + (std::ostringstream() << rms_eps).str() + ") in (0, 1)");
+    f.fail("llama.rope.freq_base (" + (std::ostringstream() << rope_theta).str() +
+           ") must be a positive number and "
+           "llama.attention.layer_norm_rms_epsilon (" +
+           (std::ostringstream() << rms_eps).str() + ") in (0, 1)");
   w.hparams.rope_theta = rope_theta;
   w.hparams.rms_eps = static_cast<float>(rms_eps);
   w.owner = storage;

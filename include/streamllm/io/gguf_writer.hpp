@@ -18,8 +18,8 @@ namespace streamllm::io {
 
 class GgufWriter {
  public:
-  using Value = std::variant<std::uint32_t, std::int32_t, float, bool, std::string, std::uint64_t,
-                             std::vector<std::string>, std::vector<float>, std::vector<std::int32_t>>;
+  using Value = std::variant<std::uint32_t, std::int32_t, float, bool, std::string, std::uint64_t, std::vector<std::string>,
+                             std::vector<float>, std::vector<std::int32_t>>;
 
   void set(std::string key, Value v) {
     for (auto& [k, old] : kv_)
@@ -46,30 +46,56 @@ class GgufWriter {
     auto raw = [&out](const void* p, std::size_t n) { out.write(static_cast<const char*>(p), static_cast<std::streamsize>(n)); };
     auto u32 = [&](std::uint32_t v) { raw(&v, 4); };
     auto u64 = [&](std::uint64_t v) { raw(&v, 8); };
-    auto str = [&](const std::string& s) { u64(s.size()); raw(s.data(), s.size()); };
+    auto str = [&](const std::string& s) {
+      u64(s.size());
+      raw(s.data(), s.size());
+    };
     raw("GGUF", 4);
     u32(3);
     u64(tensors_.size());
     u64(kv_.size());
     for (const auto& [key, v] : kv_) {
       str(key);
-      std::visit([&](const auto& x) {
-        using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, std::uint32_t>) { u32(uint(GgufType::U32)); raw(&x, 4); }
-        else if constexpr (std::is_same_v<T, std::int32_t>) { u32(uint(GgufType::I32)); raw(&x, 4); }
-        else if constexpr (std::is_same_v<T, float>) { u32(uint(GgufType::F32)); raw(&x, 4); }
-        else if constexpr (std::is_same_v<T, bool>) { u32(uint(GgufType::Bool)); const std::uint8_t b = x; raw(&b, 1); }
-        else if constexpr (std::is_same_v<T, std::string>) { u32(uint(GgufType::String)); str(x); }
-        else if constexpr (std::is_same_v<T, std::uint64_t>) { u32(uint(GgufType::U64)); raw(&x, 8); }
-        else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
-          u32(uint(GgufType::Array)); u32(uint(GgufType::String)); u64(x.size());
-          for (const auto& s : x) str(s);
-        } else if constexpr (std::is_same_v<T, std::vector<float>>) {
-          u32(uint(GgufType::Array)); u32(uint(GgufType::F32)); u64(x.size()); raw(x.data(), 4 * x.size());
-        } else {
-          u32(uint(GgufType::Array)); u32(uint(GgufType::I32)); u64(x.size()); raw(x.data(), 4 * x.size());
-        }
-      }, v);
+      std::visit(
+          [&](const auto& x) {
+            using T = std::decay_t<decltype(x)>;
+            if constexpr (std::is_same_v<T, std::uint32_t>) {
+              u32(uint(GgufType::U32));
+              raw(&x, 4);
+            } else if constexpr (std::is_same_v<T, std::int32_t>) {
+              u32(uint(GgufType::I32));
+              raw(&x, 4);
+            } else if constexpr (std::is_same_v<T, float>) {
+              u32(uint(GgufType::F32));
+              raw(&x, 4);
+            } else if constexpr (std::is_same_v<T, bool>) {
+              u32(uint(GgufType::Bool));
+              const std::uint8_t b = x;
+              raw(&b, 1);
+            } else if constexpr (std::is_same_v<T, std::string>) {
+              u32(uint(GgufType::String));
+              str(x);
+            } else if constexpr (std::is_same_v<T, std::uint64_t>) {
+              u32(uint(GgufType::U64));
+              raw(&x, 8);
+            } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+              u32(uint(GgufType::Array));
+              u32(uint(GgufType::String));
+              u64(x.size());
+              for (const auto& s : x) str(s);
+            } else if constexpr (std::is_same_v<T, std::vector<float>>) {
+              u32(uint(GgufType::Array));
+              u32(uint(GgufType::F32));
+              u64(x.size());
+              raw(x.data(), 4 * x.size());
+            } else {
+              u32(uint(GgufType::Array));
+              u32(uint(GgufType::I32));
+              u64(x.size());
+              raw(x.data(), 4 * x.size());
+            }
+          },
+          v);
     }
     std::uint64_t offset = 0;
     for (const auto& t : tensors_) {

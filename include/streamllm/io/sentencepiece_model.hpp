@@ -47,7 +47,7 @@ struct SentencePieceModel {
     ProtoWriter trainer;
     trainer.integer(3, 2);  // model_type: BPE
     trainer.integer(4, static_cast<std::int64_t>(pieces.size()));
-    trainer.integer(26, 1);  // allow_whitespace_only_pieces, as Llama's tokenizer
+    trainer.integer(26, 1);                          // allow_whitespace_only_pieces, as Llama's tokenizer
     trainer.integer(35, has_byte_pieces() ? 1 : 0);  // byte_fallback
     trainer.integer(40, unk_id);
     trainer.integer(41, bos_id);
@@ -107,7 +107,8 @@ struct SentencePieceModel {
     }
     if (m.pieces.empty()) throw FileError(what, "SentencePiece model has no pieces");
     const auto n = static_cast<std::int64_t>(m.pieces.size());
-    for (auto [name, id] : {std::pair<const char*, int>{"unk_id", m.unk_id}, {"bos_id", m.bos_id}, {"eos_id", m.eos_id}, {"pad_id", m.pad_id}})
+    for (auto [name, id] :
+         {std::pair<const char*, int>{"unk_id", m.unk_id}, {"bos_id", m.bos_id}, {"eos_id", m.eos_id}, {"pad_id", m.pad_id}})
       if (id < -1 || id >= n)
         throw FileError(what, std::string(name) + " " + std::to_string(id) + " is outside the " + std::to_string(n) + " pieces");
     return m;

@@ -18,10 +18,10 @@ namespace streamllm::kernels {
 
 struct QuantizedActivations {
   std::size_t rows = 0, cols = 0, blocks = 0;  // blocks per row = cols / 32
-  AlignedVector<std::int8_t> q;    // [rows][cols]
-  AlignedVector<float> d;          // [rows][blocks]
-  AlignedVector<std::int32_t> sum; // [rows][blocks]: sum of the block's quants
-  AlignedVector<float> dsum;       // [rows][blocks]: d * sum, what a Q4_K min multiplies
+  AlignedVector<std::int8_t> q;                // [rows][cols]
+  AlignedVector<float> d;                      // [rows][blocks]
+  AlignedVector<std::int32_t> sum;             // [rows][blocks]: sum of the block's quants
+  AlignedVector<float> dsum;                   // [rows][blocks]: d * sum, what a Q4_K min multiplies
   // Per pair of blocks, as the VNNI kernels consume them (16 lanes, 8 per
   // block): the two scales, and minus the two sums / 8 (see x86_avx512.hpp).
   std::size_t pairs = 0;
@@ -33,9 +33,9 @@ struct QuantizedActivations {
   // and the 16 corrections (interleave_groups) in the same lane order.
   std::size_t groups = 0;
   // Group-major, so that a group's tokens are adjacent for the kernel.
-  AlignedVector<std::int8_t> q16;        // [groups][rows][8][16][4]
-  AlignedVector<float> d16;              // [groups][rows][16]
-  AlignedVector<std::int32_t> sum16;     // [groups][rows][16]
+  AlignedVector<std::int8_t> q16;     // [groups][rows][8][16][4]
+  AlignedVector<float> d16;           // [groups][rows][16]
+  AlignedVector<std::int32_t> sum16;  // [groups][rows][16]
 
   // The rows from t0 on, as the kernels read them.
   struct Slice {
@@ -153,8 +153,7 @@ inline void interleave_group_quants(const std::int8_t* src, std::int8_t* dst) {
 inline void interleave_groups(QuantizedActivations& a, int shift) { interleave_groups_with(a, shift, interleave_group_quants); }
 
 // x[rows][ldx] (cols used, a multiple of 32) -> out.
-inline void quantize_activations(const float* x, std::size_t ldx, std::size_t rows, std::size_t cols,
-                                 QuantizedActivations& out) {
+inline void quantize_activations(const float* x, std::size_t ldx, std::size_t rows, std::size_t cols, QuantizedActivations& out) {
   quantize_activations_with(x, ldx, rows, cols, out, quantize_block);
 }
 

@@ -6,10 +6,9 @@
 #pragma once
 
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
-#define STREAMLLM_BEGIN_AVX512_INTRINSICS                 \
-  _Pragma("GCC diagnostic push")                          \
-  _Pragma("GCC diagnostic ignored \"-Wuninitialized\"") \
-  _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"")
+#define STREAMLLM_BEGIN_AVX512_INTRINSICS                                              \
+  _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wuninitialized\"") \
+      _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"")
 #define STREAMLLM_END_AVX512_INTRINSICS _Pragma("GCC diagnostic pop")
 #else
 #define STREAMLLM_BEGIN_AVX512_INTRINSICS

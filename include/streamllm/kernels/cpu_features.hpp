@@ -22,7 +22,7 @@ struct CpuFeatures {
   bool avx512_bf16 = false;  // vdpbf16ps
   bool avx512_vbmi = false;  // vpermb
   bool f16c = false;
-  bool avx2_fma = false;     // AVX2 and FMA, with the OS saving YMM state
+  bool avx2_fma = false;  // AVX2 and FMA, with the OS saving YMM state
   // vdpbf16ps retires at least as many FLOPs as vfmadd231ps. AMD's Zen 4
   // and 5 do; Intel's cores with AVX512-BF16 do not (../shared/tools/
   // machine-limits/peak.c measures both), and there bf16 weights are faster
@@ -43,7 +43,7 @@ inline CpuFeatures detect_cpu_features() {
   unsigned xlo, xhi;
   __asm__("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
   const bool zmm_state = (xlo & 0xE6) == 0xE6;  // SSE, AVX, opmask, ZMM0-15 high, ZMM16-31
-  const bool ymm_state = (xlo & 0x6) == 0x6;     // SSE, AVX
+  const bool ymm_state = (xlo & 0x6) == 0x6;    // SSE, AVX
   const bool fma = (c >> 12) & 1;
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return f;
   f.avx2_fma = ymm_state && fma && ((b >> 5) & 1);
@@ -107,8 +107,8 @@ class ScopedIsa {
  public:
   explicit ScopedIsa(Isa isa) : saved_(active_isa()) {
     if (!can_run(isa))
-      throw Error(std::string("kernels: this CPU cannot run the ") + to_string(isa) + " kernels (its best: " +
-                  to_string(best_isa()) + ")");
+      throw Error(std::string("kernels: this CPU cannot run the ") + to_string(isa) +
+                  " kernels (its best: " + to_string(best_isa()) + ")");
     detail::chosen_isa().store(isa, std::memory_order_relaxed);
   }
   ~ScopedIsa() { detail::chosen_isa().store(saved_, std::memory_order_relaxed); }

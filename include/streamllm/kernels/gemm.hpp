@@ -29,9 +29,9 @@ namespace streamllm::kernels {
 // f32 tiles. Accumulators kRows x 2 vectors plus 3 working registers: 27 of
 // AVX-512's 32, 15 of the 16 that SSE and AVX2 have.
 struct GemmF32 {
-  using Packed = float;  // packed tokens
-  using Weight = float;  // weight blocks
-  static constexpr std::size_t kTok = 2 * kLanes;           // tokens per micro-tile
+  using Packed = float;                            // packed tokens
+  using Weight = float;                            // weight blocks
+  static constexpr std::size_t kTok = 2 * kLanes;  // tokens per micro-tile
   static constexpr std::size_t kRows = kLanes >= 16 ? 12 : 6;
   // Slices of 2048 columns: TinyLlama's rows of 2048 whole, so a block of
   // rows is one run of memory, which the prefetchers follow as one stream,
@@ -50,8 +50,8 @@ struct GemmF32 {
     pack_group_by(transpose<float>, x, ldx, n, k, xp, g);
   }
   template <class Transpose>
-  static void pack_group_by(Transpose&& transpose_rows, const float* x, std::size_t ldx, std::size_t n, std::size_t k,
-                            float* xp, std::size_t g) {
+  static void pack_group_by(Transpose&& transpose_rows, const float* x, std::size_t ldx, std::size_t n, std::size_t k, float* xp,
+                            std::size_t g) {
     float* dst = xp + g * k * kTok;
     const std::size_t valid = std::min(kTok, n - g * kTok);
     transpose_rows(x + g * kTok * ldx, ldx, valid, k, dst, kTok);
@@ -89,8 +89,8 @@ struct GemmF32 {
   }
 
   template <std::size_t... MR>
-  static void micro_rows(std::size_t rows, const float* w, std::size_t ldw, const float* xp, std::size_t kc,
-                         float* c, std::size_t ldc, bool accumulate, bool half, std::index_sequence<MR...>) {
+  static void micro_rows(std::size_t rows, const float* w, std::size_t ldw, const float* xp, std::size_t kc, float* c,
+                         std::size_t ldc, bool accumulate, bool half, std::index_sequence<MR...>) {
     if (half)
       ((rows == MR + 1 ? micro<MR + 1, true>(w, ldw, xp, kc, c, ldc, accumulate) : void()), ...);
     else
@@ -197,7 +197,8 @@ inline void gemm_packed(const Source& src, std::size_t m, std::size_t k, const t
               const std::size_t mr = std::min(K::kRows, rows - rt);
               if constexpr (StoresTokenMajor<K>) {
                 const bool last = kb + kc == k;
-                const TokenMajorOut out{last ? y + g * K::kTok * ldy + mb + rt : nullptr, ldy, std::min(K::kTok, n - g * K::kTok)};
+                const TokenMajorOut out{last ? y + g * K::kTok * ldy + mb + rt : nullptr, ldy,
+                                        std::min(K::kTok, n - g * K::kTok)};
                 K::micro_rows(mr, wp + rt * ldw, ldw, xg, kc, ct, ld, kb > 0, out, std::make_index_sequence<K::kRows>{});
               } else if constexpr (SkipsHalfGroups<K>) {
                 const bool half = n - g * K::kTok <= K::kTok / 2;
@@ -222,8 +223,8 @@ inline void gemm_packed(const Source& src, std::size_t m, std::size_t k, const t
 // Source::block(r0, rows, k0, kc, scratch) returns that block's values in the
 // kernel's weight type and their row stride, converting into `scratch` when needed.
 template <class Kernel, class Source>
-inline void gemm(const Source& src, std::size_t m, std::size_t k, const float* x, std::size_t ldx, std::size_t n,
-                 float* y, std::size_t ldy) {
+inline void gemm(const Source& src, std::size_t m, std::size_t k, const float* x, std::size_t ldx, std::size_t n, float* y,
+                 std::size_t ldy) {
   gemm_packed<Kernel>(src, m, k, pack_tokens<Kernel>(x, ldx, n, k), n, y, ldy);
 }
 

@@ -69,12 +69,13 @@ STREAMLLM_AVX512 inline void store_token_major4(const __m512 (&r)[4], std::size_
                                                 std::size_t ntok) {
   const __m512 lo01 = _mm512_unpacklo_ps(r[0], r[1]), hi01 = _mm512_unpackhi_ps(r[0], r[1]);
   const __m512 lo23 = _mm512_unpacklo_ps(r[2], r[3]), hi23 = _mm512_unpackhi_ps(r[2], r[3]);
-  const __m512 v[4] = {_mm512_shuffle_ps(lo01, lo23, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(lo01, lo23, _MM_SHUFFLE(3, 2, 3, 2)),
-                       _mm512_shuffle_ps(hi01, hi23, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(hi01, hi23, _MM_SHUFFLE(3, 2, 3, 2))};
+  const __m512 v[4] = {
+      _mm512_shuffle_ps(lo01, lo23, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(lo01, lo23, _MM_SHUFFLE(3, 2, 3, 2)),
+      _mm512_shuffle_ps(hi01, hi23, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(hi01, hi23, _MM_SHUFFLE(3, 2, 3, 2))};
   const auto mask = static_cast<__mmask8>((1u << rows) - 1);
   for (std::size_t col = 0; col < 4; ++col) {
-    const __m128 lanes[4] = {_mm512_castps512_ps128(v[col]), _mm512_extractf32x4_ps(v[col], 1),
-                             _mm512_extractf32x4_ps(v[col], 2), _mm512_extractf32x4_ps(v[col], 3)};
+    const __m128 lanes[4] = {_mm512_castps512_ps128(v[col]), _mm512_extractf32x4_ps(v[col], 1), _mm512_extractf32x4_ps(v[col], 2),
+                             _mm512_extractf32x4_ps(v[col], 3)};
     for (std::size_t lane = 0; lane < 4 && 4 * lane + col < ntok; ++lane)
       _mm_mask_storeu_ps(y + (4 * lane + col) * ldy, mask, lanes[lane]);
   }
@@ -257,8 +258,9 @@ STREAMLLM_AVX512 inline void unpack_q4k(const Block& blk, std::int8_t* q, std::b
 // One Q6_K super-block as Int8Q6K lays it out: quants minus 32 (signed
 // bytes), d sc and the corrections per sub-block of 16 (16 each).
 STREAMLLM_AVX512 inline void unpack_q6k(const quant::BlockQ6K& blk, std::int8_t* q, std::byte* scales, std::byte* corrections) {
-  const __m512 sc = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(blk.d)),
-                                  _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales)))));
+  const __m512 sc =
+      _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(blk.d)),
+                    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales)))));
   _mm512_storeu_ps(reinterpret_cast<float*>(scales), sc);
   __m512i v[4];
   q6k_quants(blk, v);
@@ -315,7 +317,7 @@ struct Int8Rows {
                   "), not on its groups");
     const bool kquant = is_kquant(type);
     const bool affine = type == DType::Q4_K || type == DType::Q5_K || type == DType::Q4_1 || type == DType::Q5_1;
-    const bool fits = affine               ? std::is_same_v<Format, Int8Q4K>
+    const bool fits = affine                ? std::is_same_v<Format, Int8Q4K>
                       : type == DType::Q6_K ? std::is_same_v<Format, Int8Q6K>
                                             : std::is_same_v<Format, Int8Blocks>;
     if (!fits || (kquant && (k0 % 256 != 0 || kc % 256 != 0)))
@@ -330,10 +332,17 @@ struct Int8Rows {
       const std::byte* src = w->row(static_cast<std::int64_t>(r0 + i)) + row_bytes(type, static_cast<std::int64_t>(k0));
       std::byte* mins = o + Format::mins_at(kc);
       switch (type) {
-        case DType::Q5_0: unpack_unsigned_blocks<avx2::Q5_0Row>(src, nb, q, scales, corrections, mins); continue;
-        case DType::Q4_1: unpack_unsigned_blocks<avx2::Q4_1Row>(src, nb, q, scales, corrections, mins); continue;
-        case DType::Q5_1: unpack_unsigned_blocks<avx2::Q5_1Row>(src, nb, q, scales, corrections, mins); continue;
-        default: break;
+        case DType::Q5_0:
+          unpack_unsigned_blocks<avx2::Q5_0Row>(src, nb, q, scales, corrections, mins);
+          continue;
+        case DType::Q4_1:
+          unpack_unsigned_blocks<avx2::Q4_1Row>(src, nb, q, scales, corrections, mins);
+          continue;
+        case DType::Q5_1:
+          unpack_unsigned_blocks<avx2::Q5_1Row>(src, nb, q, scales, corrections, mins);
+          continue;
+        default:
+          break;
       }
       if (type == DType::Q4_K) {
         for (std::size_t s = 0; s < kc / 256; ++s)
@@ -354,7 +363,8 @@ struct Int8Rows {
       }
       std::size_t b = 0;
       for (; interleaved && b + quant::kGroupBlocks <= nb; b += quant::kGroupBlocks)
-        unpack_group(type, src + row_bytes(type, static_cast<std::int64_t>(32 * b)), q + 32 * b, scales + 4 * b, corrections + 4 * b);
+        unpack_group(type, src + row_bytes(type, static_cast<std::int64_t>(32 * b)), q + 32 * b, scales + 4 * b,
+                     corrections + 4 * b);
       for (; b < nb; ++b) {
         std::uint16_t dh;
         __m256i v;
@@ -399,8 +409,8 @@ struct GemmInt8 {
   }
   // The last slice of k stores y itself, token-major (the driver's TokenMajorOut).
   template <std::size_t... MR>
-  static void micro_rows(std::size_t rows, const std::byte* w, std::size_t ldw, const std::uint8_t* xp, std::size_t kc,
-                         float* c, std::size_t ldc, bool accumulate, TokenMajorOut out, std::index_sequence<MR...> seq) {
+  static void micro_rows(std::size_t rows, const std::byte* w, std::size_t ldw, const std::uint8_t* xp, std::size_t kc, float* c,
+                         std::size_t ldc, bool accumulate, TokenMajorOut out, std::index_sequence<MR...> seq) {
     gemm_int8_micro_rows<Format>(rows, w, ldw, xp, kc, c, ldc, accumulate, out.y, out.ldy, out.tokens, seq);
   }
 };

@@ -213,12 +213,12 @@ template <class Format>
 struct Int8Rows {
   const TensorView* w;
   STREAMLLM_AVX2 std::pair<const std::byte*, std::size_t> block(std::size_t r0, std::size_t rows, std::size_t k0, std::size_t kc,
-                                                               AlignedVector<std::byte>& scratch) const {
+                                                                AlignedVector<std::byte>& scratch) const {
     const std::size_t ld = Format::row_bytes(kc), nb = kc / 32;
     const DType type = w->type;
     const bool kquant = is_kquant(type);
     const bool affine = type == DType::Q4_K || type == DType::Q5_K || type == DType::Q4_1 || type == DType::Q5_1;
-    const bool fits = affine               ? std::is_same_v<Format, Int8Q4K>
+    const bool fits = affine                ? std::is_same_v<Format, Int8Q4K>
                       : type == DType::Q6_K ? std::is_same_v<Format, Int8Q6K>
                                             : (type == DType::Q4_0 || type == DType::Q5_0) && std::is_same_v<Format, Int8Blocks>;
     if (!fits || kc % 32 != 0 || (kquant && (k0 % 256 != 0 || kc % 256 != 0)))
@@ -233,11 +233,20 @@ struct Int8Rows {
       prefetch_next_slice(*w, r0 + i, rows, k0 + kc, kc);
       std::byte* mins = o + Format::mins_at(kc);
       switch (type) {
-        case DType::Q4_0: unpack_unsigned_blocks<Q4_0Row>(src, nb, q, scales, mins); continue;
-        case DType::Q5_0: unpack_unsigned_blocks<Q5_0Row>(src, nb, q, scales, mins); continue;
-        case DType::Q4_1: unpack_unsigned_blocks<Q4_1Row>(src, nb, q, scales, mins); continue;
-        case DType::Q5_1: unpack_unsigned_blocks<Q5_1Row>(src, nb, q, scales, mins); continue;
-        default: break;
+        case DType::Q4_0:
+          unpack_unsigned_blocks<Q4_0Row>(src, nb, q, scales, mins);
+          continue;
+        case DType::Q5_0:
+          unpack_unsigned_blocks<Q5_0Row>(src, nb, q, scales, mins);
+          continue;
+        case DType::Q4_1:
+          unpack_unsigned_blocks<Q4_1Row>(src, nb, q, scales, mins);
+          continue;
+        case DType::Q5_1:
+          unpack_unsigned_blocks<Q5_1Row>(src, nb, q, scales, mins);
+          continue;
+        default:
+          break;
       }
       for (std::size_t sb = 0; sb < kc / 256; ++sb) {
         __m256i u[8];

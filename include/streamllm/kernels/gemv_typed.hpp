@@ -15,8 +15,8 @@
 namespace streamllm::kernels::portable {
 
 // Any type: one row at a time to f32, then a vector dot per token.
-inline void gemv_dequant(const TensorView& w, const float* x, std::size_t ldx, std::size_t n, float* y,
-                         std::size_t ldy, std::size_t r0, std::size_t r1) {
+inline void gemv_dequant(const TensorView& w, const float* x, std::size_t ldx, std::size_t n, float* y, std::size_t ldy,
+                         std::size_t r0, std::size_t r1) {
   static thread_local AlignedVector<float> row;
   const auto k = static_cast<std::size_t>(w.cols);
   float* buf = grow(row, k);
@@ -28,8 +28,8 @@ inline void gemv_dequant(const TensorView& w, const float* x, std::size_t ldx, s
 
 // Q8_0 weights x Q8 activations: sum over blocks of dw * dx * <qw, qx>, the
 // integer part exact.
-inline void gemv_q8_0(const TensorView& w, const QuantizedActivations& xa, std::size_t n, float* y,
-                      std::size_t ldy, std::size_t r0, std::size_t r1) {
+inline void gemv_q8_0(const TensorView& w, const QuantizedActivations& xa, std::size_t n, float* y, std::size_t ldy,
+                      std::size_t r0, std::size_t r1) {
   for (std::size_t r = r0; r < r1; ++r) {
     const auto* blocks = reinterpret_cast<const quant::BlockQ8_0*>(w.row(static_cast<std::int64_t>(r)));
     for (std::size_t t = 0; t < n; ++t) {
@@ -47,8 +47,8 @@ inline void gemv_q8_0(const TensorView& w, const QuantizedActivations& xa, std::
 }
 
 // Q4_0 weights x Q8 activations.
-inline void gemv_q4_0(const TensorView& w, const QuantizedActivations& xa, std::size_t n, float* y,
-                      std::size_t ldy, std::size_t r0, std::size_t r1) {
+inline void gemv_q4_0(const TensorView& w, const QuantizedActivations& xa, std::size_t n, float* y, std::size_t ldy,
+                      std::size_t r0, std::size_t r1) {
   for (std::size_t r = r0; r < r1; ++r) {
     const auto* blocks = reinterpret_cast<const quant::BlockQ4_0*>(w.row(static_cast<std::int64_t>(r)));
     for (std::size_t t = 0; t < n; ++t) {
@@ -72,7 +72,8 @@ inline void gemv_q4_0(const TensorView& w, const QuantizedActivations& xa, std::
 // activations: per sub-block of 32 the integer dot product scaled by d sc
 // dx, less dmin m dx times the activation block's sum.
 template <class Block>
-inline float affine_k_dot(const Block& b, const std::uint8_t* q, const std::int8_t* xq, const float* xd, const std::int32_t* sums) {
+inline float affine_k_dot(const Block& b, const std::uint8_t* q, const std::int8_t* xq, const float* xd,
+                          const std::int32_t* sums) {
   const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
   float acc = 0;
   for (int j = 0; j < 8; ++j) {
@@ -89,8 +90,8 @@ inline float affine_k_dot(const Block& b, const std::uint8_t* q, const std::int8
 // of the unsigned quants, scaled by d sc dx; less, for Q4_K and Q5_K, dmin m
 // dx times the activation block's sum, and for Q6_K the offset 32 times the
 // sub-block's activations. The twin of the VNNI kernel (gemv_kquant_int8_row).
-inline void gemv_kquant_int8(const TensorView& w, const QuantizedActivations& xa, std::size_t n, float* y,
-                             std::size_t ldy, std::size_t r0, std::size_t r1) {
+inline void gemv_kquant_int8(const TensorView& w, const QuantizedActivations& xa, std::size_t n, float* y, std::size_t ldy,
+                             std::size_t r0, std::size_t r1) {
   const std::size_t super_blocks = xa.cols / 256;
   std::uint8_t q[256];
   for (std::size_t r = r0; r < r1; ++r)

@@ -124,8 +124,9 @@ STREAMLLM_AVX512 inline UnsignedPair unpack_unsigned_pair(const std::byte* pair,
   constexpr std::uint64_t kPairMask = (std::uint64_t{1} << (2 * sizeof(Block))) - 1;
   const __m512i raw = _mm512_maskz_loadu_epi8(kPairMask, pair);
   UnsignedPair p;
-  p.u = _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi8(_mm512_load_si512(index.quants), raw), _mm512_load_si512(index.shifts)),
-                         _mm512_set1_epi8(0x0F));
+  p.u = _mm512_and_si512(
+      _mm512_srlv_epi16(_mm512_permutexvar_epi8(_mm512_load_si512(index.quants), raw), _mm512_load_si512(index.shifts)),
+      _mm512_set1_epi8(0x0F));
   if constexpr (!std::is_same_v<Block, quant::BlockQ4_1>) {
     const __mmask64 high = fifth_bits(*reinterpret_cast<const Block*>(pair)) |
                            std::uint64_t{fifth_bits(*reinterpret_cast<const Block*>(pair + sizeof(Block)))} << 32;
@@ -176,7 +177,8 @@ STREAMLLM_AVX512 inline void gemv_unsigned_blocks_rows(std::size_t r0, std::size
     for (; p + 2 <= pairs; p += 2) {
       const std::byte* pair = bytes + 2 * p * sizeof(Block);
       if (kPrefetchInt8) prefetch_ahead(pair + kPrefetchBytes, 4 * sizeof(Block));
-      const UnsignedPair a = unpack_unsigned_pair<Block>(pair, kIndex), b = unpack_unsigned_pair<Block>(pair + 2 * sizeof(Block), kIndex);
+      const UnsignedPair a = unpack_unsigned_pair<Block>(pair, kIndex),
+                         b = unpack_unsigned_pair<Block>(pair + 2 * sizeof(Block), kIndex);
       for (int t = 0; t < NT; ++t) {
         const auto tt = static_cast<std::size_t>(t);
         acc[t][0] = unsigned_pair_dot<Block>(acc[t][0], a, xa, tt, p);
@@ -191,7 +193,8 @@ STREAMLLM_AVX512 inline void gemv_unsigned_blocks_rows(std::size_t r0, std::size
     if (nb % 2 != 0) {  // the odd block: the twin's arithmetic
       const std::size_t b = nb - 1;
       for (int t = 0; t < NT; ++t)
-        y[static_cast<std::size_t>(t) * ldy + r] += unsigned_block_dot(reinterpret_cast<const Block*>(bytes)[b], xa, static_cast<std::size_t>(t), b);
+        y[static_cast<std::size_t>(t) * ldy + r] +=
+            unsigned_block_dot(reinterpret_cast<const Block*>(bytes)[b], xa, static_cast<std::size_t>(t), b);
     }
   }
 }
@@ -199,6 +202,5 @@ STREAMLLM_AVX512 inline void gemv_unsigned_blocks_rows(std::size_t r0, std::size
 }  // namespace avx512
 STREAMLLM_END_AVX512_INTRINSICS
 #endif
-
 
 }  // namespace streamllm::kernels

@@ -67,9 +67,7 @@ inline constexpr std::size_t kMaxBf16GemvTokens = 8;
 inline constexpr std::size_t kMaxInt8GemvTokens = 16;
 
 // The types the int8 kernels (vpdpbusd) take in blocks of 32 with one scale.
-constexpr bool is_int8_blocks(DType t) {
-  return t == DType::Q8_0 || t == DType::Q4_0 || quant::is_interleaved(t);
-}
+constexpr bool is_int8_blocks(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || quant::is_interleaved(t); }
 
 // The types whose prefill takes the int8 tiles (VNNI): the blocks of 32, the
 // K-quants with their sub-block scales and the unsigned blocks with their
@@ -115,13 +113,17 @@ inline std::size_t gemv_token_limit(const TensorView& w, Isa isa) {
   if (isa != Isa::Avx512Bf16Vnni) return kMaxGemvTokens;
   switch (w.type) {
     case DType::F32:
-    case DType::F16: return kMaxFloatGemvTokens;
-    case DType::BF16: return bf16_tiles() ? kMaxBf16GemvTokens : kMaxFloatGemvTokens;
+    case DType::F16:
+      return kMaxFloatGemvTokens;
+    case DType::BF16:
+      return bf16_tiles() ? kMaxBf16GemvTokens : kMaxFloatGemvTokens;
     case DType::Q8_0:
     case DType::Q4_0:
     case DType::Q8_0x16:
-    case DType::Q4_0x16: return kMaxInt8GemvTokens;
-    default: return kMaxGemvTokens;
+    case DType::Q4_0x16:
+      return kMaxInt8GemvTokens;
+    default:
+      return kMaxGemvTokens;
   }
 }
 
@@ -144,10 +146,18 @@ inline std::size_t gemv_chunk_rows(std::size_t row_bytes, std::size_t rows, std:
 template <class F>
 inline void with_token_count(std::size_t n, F&& f) {
   switch (n) {
-    case 1: f.template operator()<1>(); break;
-    case 2: f.template operator()<2>(); break;
-    case 3: f.template operator()<3>(); break;
-    default: f.template operator()<4>(); break;
+    case 1:
+      f.template operator()<1>();
+      break;
+    case 2:
+      f.template operator()<2>();
+      break;
+    case 3:
+      f.template operator()<3>();
+      break;
+    default:
+      f.template operator()<4>();
+      break;
   }
 }
 
@@ -160,12 +170,10 @@ inline void in_token_passes(std::size_t n, F&& f) {
     with_token_count(std::min(kMaxGemvTokens, n - t0), [&]<int NT>() { f.template operator()<NT>(t0); });
 }
 
-inline void gemv_f32(const float* w, std::size_t m, std::size_t k, const float* x, std::size_t ldx,
-                     std::size_t n, float* y, std::size_t ldy) {
+inline void gemv_f32(const float* w, std::size_t m, std::size_t k, const float* x, std::size_t ldx, std::size_t n, float* y,
+                     std::size_t ldy) {
   parallel_chunks(m, gemv_chunk_rows(k * sizeof(float), m, n), m * k * n, [&](std::size_t r0, std::size_t r1) {
-    in_token_passes(n, [&]<int NT>(std::size_t t0) {
-      gemv_f32_rows<NT>(w, k, k, x + t0 * ldx, ldx, y + t0 * ldy, ldy, r0, r1);
-    });
+    in_token_passes(n, [&]<int NT>(std::size_t t0) { gemv_f32_rows<NT>(w, k, k, x + t0 * ldx, ldx, y + t0 * ldy, ldy, r0, r1); });
   });
 }
 
@@ -174,22 +182,26 @@ inline void gemv_f32(const float* w, std::size_t m, std::size_t k, const float* 
 // and for Q8_0 / Q4_0 interleaved for the kernel of 16-block groups (the
 // K-quants read them in order). The instance is the calling thread's: the
 // workers of a parallel loop must be handed the pointer.
-inline const QuantizedActivations* int8_activations(DType type, const float* x, std::size_t ldx, std::size_t n,
-                                                    std::size_t k) {
+inline const QuantizedActivations* int8_activations(DType type, const float* x, std::size_t ldx, std::size_t n, std::size_t k) {
   static thread_local QuantizedActivations xa;
   avx512::quantize_activations_avx512(x, ldx, n, k, xa);
   if (is_int8_blocks(type))
-    avx512::interleave_groups_avx512(xa, quant::base_type(type) == DType::Q8_0 ? avx512::Q8_0Row::kGroupShift : avx512::Q4_0Row::kGroupShift);
+    avx512::interleave_groups_avx512(
+        xa, quant::base_type(type) == DType::Q8_0 ? avx512::Q8_0Row::kGroupShift : avx512::Q4_0Row::kGroupShift);
   return &xa;
 }
 
 [[gnu::noinline]] inline void gemv_int8_rows(DType type, std::size_t r0, std::size_t r1, const std::byte* w, std::size_t stride,
-                           const QuantizedActivations* xa, std::size_t n, float* y, std::size_t ldy) {
+                                             const QuantizedActivations* xa, std::size_t n, float* y, std::size_t ldy) {
   switch (type) {
-    case DType::Q8_0: return avx512::gemv_int8_rows<avx512::Q8_0Row>(r0, r1, w, stride, xa, n, y, ldy);
-    case DType::Q4_0: return avx512::gemv_int8_rows<avx512::Q4_0Row>(r0, r1, w, stride, xa, n, y, ldy);
-    case DType::Q8_0x16: return avx512::gemv_int8_rows<avx512::Q8_0x16Row>(r0, r1, w, stride, xa, n, y, ldy);
-    default: return avx512::gemv_int8_rows<avx512::Q4_0x16Row>(r0, r1, w, stride, xa, n, y, ldy);
+    case DType::Q8_0:
+      return avx512::gemv_int8_rows<avx512::Q8_0Row>(r0, r1, w, stride, xa, n, y, ldy);
+    case DType::Q4_0:
+      return avx512::gemv_int8_rows<avx512::Q4_0Row>(r0, r1, w, stride, xa, n, y, ldy);
+    case DType::Q8_0x16:
+      return avx512::gemv_int8_rows<avx512::Q8_0x16Row>(r0, r1, w, stride, xa, n, y, ldy);
+    default:
+      return avx512::gemv_int8_rows<avx512::Q4_0x16Row>(r0, r1, w, stride, xa, n, y, ldy);
   }
 }
 #endif
@@ -216,8 +228,8 @@ inline int int8_activation_layout(DType t, Isa isa) {
 
 // The n tokens of x quantised for t's kernel on `isa`, in the calling
 // thread's buffer (valid until its next call; workers must be handed the pointer).
-inline const QuantizedActivations* decode_activations([[maybe_unused]] DType t, [[maybe_unused]] Isa isa, const float* x, std::size_t ldx, std::size_t n,
-                                                      std::size_t k) {
+inline const QuantizedActivations* decode_activations([[maybe_unused]] DType t, [[maybe_unused]] Isa isa, const float* x,
+                                                      std::size_t ldx, std::size_t n, std::size_t k) {
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
   if (isa == Isa::Avx512Bf16Vnni) return int8_activations(t, x, ldx, n, k);
 #endif
@@ -237,12 +249,12 @@ inline const QuantizedActivations* decode_activations([[maybe_unused]] DType t, 
   with_token_count(n, [&]<int NT>() { avx512::gemv_kquant_int8_rows<NT>(w.type, r0, r1, w.data, stride, xa, y, ldy); });
 }
 [[gnu::noinline]] inline void avx512_unsigned_blocks_chunk(const TensorView& w, std::size_t r0, std::size_t r1,
-                                                          const QuantizedActivations& xa, std::size_t n, float* y, std::size_t ldy) {
+                                                           const QuantizedActivations& xa, std::size_t n, float* y,
+                                                           std::size_t ldy) {
   const auto stride = static_cast<std::size_t>(w.row_stride);
   with_token_count(n, [&]<int NT>() {
-    with_unsigned_block(w.type, [&](auto tag) {
-      avx512::gemv_unsigned_blocks_rows<decltype(tag), NT>(r0, r1, w.data, stride, xa, y, ldy);
-    });
+    with_unsigned_block(
+        w.type, [&](auto tag) { avx512::gemv_unsigned_blocks_rows<decltype(tag), NT>(r0, r1, w.data, stride, xa, y, ldy); });
   });
 }
 #endif
@@ -255,18 +267,23 @@ inline const QuantizedActivations* decode_activations([[maybe_unused]] DType t, 
     float* yt = y + t0 * ldy;
     if (is_kquant(w.type)) return avx2::gemv_kquant_rows<NT>(w.type, r0, r1, w.data, stride, xs, yt, ldy);
     switch (w.type) {
-      case DType::Q8_0: return avx2::gemv_int8_rows<avx2::Q8_0Row, NT>(r0, r1, w.data, stride, xs, yt, ldy);
-      case DType::Q5_0: return avx2::gemv_int8_rows<avx2::Q5_0Row, NT>(r0, r1, w.data, stride, xs, yt, ldy);
-      case DType::Q4_1: return avx2::gemv_int8_rows<avx2::Q4_1Row, NT>(r0, r1, w.data, stride, xs, yt, ldy);
-      case DType::Q5_1: return avx2::gemv_int8_rows<avx2::Q5_1Row, NT>(r0, r1, w.data, stride, xs, yt, ldy);
-      default: return avx2::gemv_int8_rows<avx2::Q4_0Row, NT>(r0, r1, w.data, stride, xs, yt, ldy);
+      case DType::Q8_0:
+        return avx2::gemv_int8_rows<avx2::Q8_0Row, NT>(r0, r1, w.data, stride, xs, yt, ldy);
+      case DType::Q5_0:
+        return avx2::gemv_int8_rows<avx2::Q5_0Row, NT>(r0, r1, w.data, stride, xs, yt, ldy);
+      case DType::Q4_1:
+        return avx2::gemv_int8_rows<avx2::Q4_1Row, NT>(r0, r1, w.data, stride, xs, yt, ldy);
+      case DType::Q5_1:
+        return avx2::gemv_int8_rows<avx2::Q5_1Row, NT>(r0, r1, w.data, stride, xs, yt, ldy);
+      default:
+        return avx2::gemv_int8_rows<avx2::Q4_0Row, NT>(r0, r1, w.data, stride, xs, yt, ldy);
     }
   });
 }
 #endif
 
-inline void gemv_int8_chunk(const TensorView& w, [[maybe_unused]] Isa isa, std::size_t r0, std::size_t r1, const QuantizedActivations* xa,
-                            std::size_t n, float* y, std::size_t ldy) {
+inline void gemv_int8_chunk(const TensorView& w, [[maybe_unused]] Isa isa, std::size_t r0, std::size_t r1,
+                            const QuantizedActivations* xa, std::size_t n, float* y, std::size_t ldy) {
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
   if (isa == Isa::Avx512Bf16Vnni) {
     if (is_kquant(w.type)) return avx512_kquant_chunk(w, r0, r1, *xa, n, y, ldy);
@@ -282,8 +299,7 @@ inline void gemv_int8_chunk(const TensorView& w, [[maybe_unused]] Isa isa, std::
 }
 
 // Few tokens, any type.
-inline void gemv(const TensorView& w, const float* x, std::size_t n, std::size_t ldx, float* y, std::size_t ldy,
-                 Isa isa) {
+inline void gemv(const TensorView& w, const float* x, std::size_t n, std::size_t ldx, float* y, std::size_t ldy, Isa isa) {
   const auto m = static_cast<std::size_t>(w.rows), k = static_cast<std::size_t>(w.cols);
   const auto stride = static_cast<std::size_t>(w.row_stride);
   const std::size_t work = m * k * n, chunk = gemv_chunk_rows(stride, m, n);
@@ -310,13 +326,15 @@ inline void gemv(const TensorView& w, const float* x, std::size_t n, std::size_t
             });
           }
         });
-      default: break;
+      default:
+        break;
     }
   }
 #endif
   if (has_int8_gemv(w.type, isa)) {
     const QuantizedActivations* xa = decode_activations(w.type, isa, x, ldx, n, k);
-    return parallel_chunks(m, chunk, work, [&](std::size_t r0, std::size_t r1) { gemv_int8_chunk(w, isa, r0, r1, xa, n, y, ldy); });
+    return parallel_chunks(m, chunk, work,
+                           [&](std::size_t r0, std::size_t r1) { gemv_int8_chunk(w, isa, r0, r1, xa, n, y, ldy); });
   }
   if (w.type == DType::F32) return gemv_f32(reinterpret_cast<const float*>(w.data), m, k, x, ldx, n, y, ldy);
 #ifdef STREAMLLM_HAVE_AVX2_KERNELS
@@ -379,20 +397,24 @@ inline void gemm_int8_packed_avx2(const TensorView& w, const std::uint8_t* xp, s
   const auto m = static_cast<std::size_t>(w.rows), k = static_cast<std::size_t>(w.cols);
   switch (w.type) {
     case DType::Q4_K:
-    case DType::Q4_1: return gemm_packed<GemmInt8<Int8Q4K, 8, 0>>(Int8Rows<Int8Q4K>{&w}, m, k, xp, n, y, ldy);
+    case DType::Q4_1:
+      return gemm_packed<GemmInt8<Int8Q4K, 8, 0>>(Int8Rows<Int8Q4K>{&w}, m, k, xp, n, y, ldy);
     case DType::Q5_K:
-    case DType::Q5_1: return gemm_packed<GemmInt8<Int8Q4K, 4, 0>>(Int8Rows<Int8Q4K>{&w}, m, k, xp, n, y, ldy);
-    case DType::Q6_K: return gemm_packed<GemmInt8<Int8Q6K, 2, 32>>(Int8Rows<Int8Q6K>{&w}, m, k, xp, n, y, ldy);
-    case DType::Q5_0: return gemm_packed<GemmInt8<Int8Blocks, 4, 16>>(Int8Rows<Int8Blocks>{&w}, m, k, xp, n, y, ldy);
-    default: break;
+    case DType::Q5_1:
+      return gemm_packed<GemmInt8<Int8Q4K, 4, 0>>(Int8Rows<Int8Q4K>{&w}, m, k, xp, n, y, ldy);
+    case DType::Q6_K:
+      return gemm_packed<GemmInt8<Int8Q6K, 2, 32>>(Int8Rows<Int8Q6K>{&w}, m, k, xp, n, y, ldy);
+    case DType::Q5_0:
+      return gemm_packed<GemmInt8<Int8Blocks, 4, 16>>(Int8Rows<Int8Blocks>{&w}, m, k, xp, n, y, ldy);
+    default:
+      break;
   }
   gemm_packed<GemmInt8<Int8Blocks, 8, 8>>(Int8Rows<Int8Blocks>{&w}, m, k, xp, n, y, ldy);
 }
 #endif
 
 // Many tokens, any type.
-inline void gemm_typed(const TensorView& w, const float* x, std::size_t n, std::size_t ldx, float* y, std::size_t ldy,
-                       Isa isa) {
+inline void gemm_typed(const TensorView& w, const float* x, std::size_t n, std::size_t ldx, float* y, std::size_t ldy, Isa isa) {
   const auto m = static_cast<std::size_t>(w.rows), k = static_cast<std::size_t>(w.cols);
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
   if (isa == Isa::Avx512Bf16Vnni && w.type == DType::F32)
@@ -401,13 +423,14 @@ inline void gemm_typed(const TensorView& w, const float* x, std::size_t n, std::
   if (isa == Isa::Avx512Bf16Vnni && !int8_tiles && (w.type == DType::F16 || !bf16_tiles()))
     return gemm<avx512::GemmF32Transposed>(DequantRowsF32{&w, isa}, m, k, x, ldx, n, y, ldy);
 #endif
-  if (w.type == DType::F32) return gemm<GemmF32>(F32RowSource{reinterpret_cast<const float*>(w.data), k}, m, k, x, ldx, n, y, ldy);
+  if (w.type == DType::F32)
+    return gemm<GemmF32>(F32RowSource{reinterpret_cast<const float*>(w.data), k}, m, k, x, ldx, n, y, ldy);
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
   if (isa == Isa::Avx512Bf16Vnni && k % 2 == 0) {
     if (int8_tiles) return gemm_int8_packed(w, pack_tokens<GemmInt8Tokens>(x, ldx, n, k), n, y, ldy);
     if (w.type == DType::BF16)  // here only where bf16_tiles()
-      return gemm<avx512::GemmBf16>(CopyRows<std::uint16_t>{reinterpret_cast<const std::uint16_t*>(w.data), k}, m, k,
-                                    x, ldx, n, y, ldy);
+      return gemm<avx512::GemmBf16>(CopyRows<std::uint16_t>{reinterpret_cast<const std::uint16_t*>(w.data), k}, m, k, x, ldx, n,
+                                    y, ldy);
   }
 #endif
 #ifdef STREAMLLM_HAVE_AVX2_KERNELS
@@ -417,8 +440,8 @@ inline void gemm_typed(const TensorView& w, const float* x, std::size_t n, std::
   gemm<GemmF32>(DequantRowsF32{&w, isa}, m, k, x, ldx, n, y, ldy);
 }
 
-inline void matmul_f32(const float* w, std::size_t m, std::size_t k, const float* x, std::size_t ldx, std::size_t n,
-                       float* y, std::size_t ldy) {
+inline void matmul_f32(const float* w, std::size_t m, std::size_t k, const float* x, std::size_t ldx, std::size_t n, float* y,
+                       std::size_t ldy) {
   if (n <= kMaxGemvTokens)
     gemv_f32(w, m, k, x, ldx, n, y, ldy);
   else
@@ -429,8 +452,7 @@ inline void matmul_f32(const float* w, std::size_t m, std::size_t k, const float
 inline void matmul(const TensorView& w, const float* x, std::size_t n, std::size_t ldx, float* y, std::size_t ldy,
                    Isa isa = active_isa()) {
   if (n == 0) return;
-  if (n <= gemv_token_limit(w, isa))
-    return gemv(w, x, n, ldx, y, ldy, isa);
+  if (n <= gemv_token_limit(w, isa)) return gemv(w, x, n, ldx, y, ldy, isa);
   const std::size_t tail = gemv_tail(w, n, isa), tiled = n - tail;
   gemm_typed(w, x, tiled, ldx, y, ldy, isa);
   if (tail) gemv(w, x + tiled * ldx, tail, ldx, y + tiled * ldy, ldy, isa);
@@ -477,16 +499,16 @@ inline void matmul_shared(std::span<const MatmulTarget> targets, const float* x,
     }
     const Chunk* list = chunks.data();  // the workers must not read their own thread_local
     parallel_chunks(chunks.size(), 1, work, [&](std::size_t c0, std::size_t c1) {
-      for (std::size_t c = c0; c < c1; ++c) gemv_int8_chunk(*list[c].target->w, isa, list[c].r0, list[c].r1, xa, n, list[c].target->y, list[c].target->ldy);
+      for (std::size_t c = c0; c < c1; ++c)
+        gemv_int8_chunk(*list[c].target->w, isa, list[c].r0, list[c].r1, xa, n, list[c].target->y, list[c].target->ldy);
     });
     return;
   }
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
-  const bool shared_tiles = isa == Isa::Avx512Bf16Vnni && k % 2 == 0 &&
-                            std::all_of(targets.begin(), targets.end(), [&](const MatmulTarget& t) {
-                              return has_int8_tiles(t.w->type) && static_cast<std::size_t>(t.w->cols) == k &&
-                                     n > gemv_token_limit(*t.w, isa);
-                            });
+  const bool shared_tiles =
+      isa == Isa::Avx512Bf16Vnni && k % 2 == 0 && std::all_of(targets.begin(), targets.end(), [&](const MatmulTarget& t) {
+        return has_int8_tiles(t.w->type) && static_cast<std::size_t>(t.w->cols) == k && n > gemv_token_limit(*t.w, isa);
+      });
   if (shared_tiles) {
     const std::uint8_t* xp = pack_tokens<GemmInt8Tokens>(x, ldx, n, k);
     for (const MatmulTarget& t : targets) gemm_int8_packed(*t.w, xp, n, t.y, t.ldy);
@@ -494,9 +516,10 @@ inline void matmul_shared(std::span<const MatmulTarget> targets, const float* x,
   }
 #endif
 #ifdef STREAMLLM_HAVE_AVX2_KERNELS
-  const bool avx2_tiles = isa == Isa::Avx2 && std::all_of(targets.begin(), targets.end(), [&](const MatmulTarget& t) {
-    return avx2::has_int8_tiles(t.w->type) && static_cast<std::size_t>(t.w->cols) == k && n > gemv_token_limit(*t.w, isa);
-  });
+  const bool avx2_tiles =
+      isa == Isa::Avx2 && std::all_of(targets.begin(), targets.end(), [&](const MatmulTarget& t) {
+        return avx2::has_int8_tiles(t.w->type) && static_cast<std::size_t>(t.w->cols) == k && n > gemv_token_limit(*t.w, isa);
+      });
   if (avx2_tiles) {
     const std::size_t tail = gemv_tail(*targets[0].w, n, isa), tiled = n - tail;
     const std::uint8_t* xp = pack_tokens<Avx2Int8Tokens>(x, ldx, tiled, k);
@@ -515,16 +538,14 @@ inline void matmul_shared(std::span<const MatmulTarget> targets, const float* x,
 
 namespace scalar {
 // The oracle: Eigen's product over the same memory, in double.
-inline void matmul_f32(const float* w, std::size_t m, std::size_t k, const float* x, std::size_t ldx,
-                       std::size_t n, float* y, std::size_t ldy) {
+inline void matmul_f32(const float* w, std::size_t m, std::size_t k, const float* x, std::size_t ldx, std::size_t n, float* y,
+                       std::size_t ldy) {
   using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   const Eigen::Map<const RowMajor> W(w, static_cast<Eigen::Index>(m), static_cast<Eigen::Index>(k));
-  const Eigen::Map<const RowMajor, 0, Eigen::OuterStride<>> X(
-      x, static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(k),
-      Eigen::OuterStride<>(static_cast<Eigen::Index>(ldx)));
-  Eigen::Map<RowMajor, 0, Eigen::OuterStride<>> Y(y, static_cast<Eigen::Index>(n),
-                                                   static_cast<Eigen::Index>(m),
-                                                   Eigen::OuterStride<>(static_cast<Eigen::Index>(ldy)));
+  const Eigen::Map<const RowMajor, 0, Eigen::OuterStride<>> X(x, static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(k),
+                                                              Eigen::OuterStride<>(static_cast<Eigen::Index>(ldx)));
+  Eigen::Map<RowMajor, 0, Eigen::OuterStride<>> Y(y, static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(m),
+                                                  Eigen::OuterStride<>(static_cast<Eigen::Index>(ldy)));
   Y = (X.cast<double>() * W.cast<double>().transpose()).cast<float>();
 }
 

@@ -22,8 +22,7 @@ namespace streamllm::kernels {
 class Rope {
  public:
   Rope(int head_dim, double theta) : head_dim_(head_dim), theta_(theta) {
-    for (int i = 0; i < head_dim / 2; ++i)
-      inv_freq_.push_back(std::pow(theta, -2.0 * i / static_cast<double>(head_dim)));
+    for (int i = 0; i < head_dim / 2; ++i) inv_freq_.push_back(std::pow(theta, -2.0 * i / static_cast<double>(head_dim)));
     table_len_ = head_dim;
     if (head_dim < static_cast<int>(kLanes) && kLanes % static_cast<std::size_t>(head_dim) == 0)
       table_len_ = static_cast<int>(kLanes);
@@ -59,8 +58,7 @@ class Rope {
 
 namespace scalar {
 // Rotates n values (whole heads) with a table from Rope::table.
-inline void rope_apply(float* x, std::size_t n, const float* cosx, const float* sinx,
-                       std::size_t table_len) {
+inline void rope_apply(float* x, std::size_t n, const float* cosx, const float* sinx, std::size_t table_len) {
   for (std::size_t e = 0; e + 1 < n; e += 2) {
     const std::size_t t = e % table_len;
     const float c = cosx[t], s = sinx[t + 1];
@@ -94,8 +92,7 @@ struct SwapPairs {
 }  // namespace detail
 
 // y = x * cos + swap_pairs(x) * sin, with the signs folded into the table.
-inline void rope_apply(float* x, std::size_t n, const float* cosx, const float* sinx,
-                       std::size_t table_len) {
+inline void rope_apply(float* x, std::size_t n, const float* cosx, const float* sinx, std::size_t table_len) {
   std::size_t e = 0;
   if (table_len % kLanes == 0) {
     using UBatch = xsimd::batch<std::uint32_t, Arch>;
@@ -118,8 +115,7 @@ inline void rope_apply(float* x, std::size_t n, const float* cosx, const float* 
 // The re-rotation helper: keys (or queries) that were rotated at position p are
 // made to read as if rotated at p + delta. Rotations compose, so this is one
 // rotation by delta; exact for any delta, negative included.
-inline void rope_rerotate(const Rope& rope, float* x, std::size_t n, std::int64_t delta,
-                          float* cos_scratch, float* sin_scratch) {
+inline void rope_rerotate(const Rope& rope, float* x, std::size_t n, std::int64_t delta, float* cos_scratch, float* sin_scratch) {
   rope.table(delta, cos_scratch, sin_scratch);
   rope_apply(x, n, cos_scratch, sin_scratch, static_cast<std::size_t>(rope.table_len()));
 }

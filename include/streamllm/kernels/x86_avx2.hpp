@@ -77,8 +77,12 @@ STREAMLLM_AVX2 inline void widen_row(const std::byte* src, std::size_t cols, flo
 
 STREAMLLM_AVX2 inline bool dequantize_row_f32(DType t, const std::byte* src, std::size_t cols, float* dst) {
   switch (t) {
-    case DType::F16: widen_row<F16Row>(src, cols, dst); return true;
-    case DType::BF16: widen_row<BF16Row>(src, cols, dst); return true;
+    case DType::F16:
+      widen_row<F16Row>(src, cols, dst);
+      return true;
+    case DType::BF16:
+      widen_row<BF16Row>(src, cols, dst);
+      return true;
     case DType::Q8_0: {
       const auto* blk = reinterpret_cast<const quant::BlockQ8_0*>(src);
       for (std::size_t b = 0; b < cols / 32; ++b) {
@@ -90,7 +94,8 @@ STREAMLLM_AVX2 inline bool dequantize_row_f32(DType t, const std::byte* src, std
       }
       return true;
     }
-    default: return false;
+    default:
+      return false;
   }
 }
 
@@ -99,8 +104,8 @@ STREAMLLM_AVX2 inline bool dequantize_row_f32(DType t, const std::byte* src, std
 // tokens, 16 ymm registers hold them, the tokens' activations of a step and
 // one weight vector.
 template <class Row, int NT, std::size_t R>
-STREAMLLM_AVX2 inline void gemv_widen_block(const std::size_t (&rows)[R], const std::byte* w, std::size_t row_bytes, std::size_t k,
-                                            const float* x, std::size_t ldx, float* y, std::size_t ldy) {
+STREAMLLM_AVX2 inline void gemv_widen_block(const std::size_t (&rows)[R], const std::byte* w, std::size_t row_bytes,
+                                            std::size_t k, const float* x, std::size_t ldx, float* y, std::size_t ldy) {
   constexpr int C = NT == 1 ? 2 : 1;
   const std::size_t kend = k / 16 * 16;
   __m256 acc[R][NT][C];
@@ -361,7 +366,8 @@ STREAMLLM_AVX2 inline void q6k_quants(const quant::BlockQ6K& b, __m256i (&q)[8])
     q[4 * h] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hi, 4), m30));
     q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hi, 2), m30));
     q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hi, m30));
-    q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(hi, 2), m30));
+    q[4 * h + 3] =
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(hi, 2), m30));
   }
 }
 
@@ -373,7 +379,8 @@ STREAMLLM_AVX2 inline __m256i kquant_dot(__m256i q_abs, __m256i q_signs, const s
 
 // Super-block sb of a Q4_K or Q5_K row against NT tokens.
 template <int NT, class Block>
-STREAMLLM_AVX2 inline void q4k_super_block(const Block& b, const QuantizedActivations::Slice& xa, std::size_t sb, __m256 (&acc)[NT]) {
+STREAMLLM_AVX2 inline void q4k_super_block(const Block& b, const QuantizedActivations::Slice& xa, std::size_t sb,
+                                           __m256 (&acc)[NT]) {
   const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d)), dmin = _mm256_set1_ps(_cvtsh_ss(b.dmin));
   __m256i q[8], scales16[8];
   if constexpr (std::is_same_v<Block, quant::BlockQ4K>)

@@ -66,9 +66,7 @@ struct F16Row {
 
 struct BF16Row {
   static constexpr std::size_t kBytes = 2;
-  STREAMLLM_AVX512 static __m512 widen(__m256i h) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
+  STREAMLLM_AVX512 static __m512 widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
   STREAMLLM_AVX512 static __m512 load(const std::byte* row, std::size_t k) {
     return widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * k)));
   }
@@ -103,7 +101,7 @@ STREAMLLM_AVX512 inline void gemv_widen_row(const std::byte* w, std::size_t row_
   for (; kk + 64 <= k; kk += 64) {
     __m512 wv[4];
     for (int v = 0; v < 4; ++v) wv[v] = Row::load(row, kk + 16 * static_cast<std::size_t>(v));
-    #pragma GCC unroll 8  // all NT accumulators in registers
+#pragma GCC unroll 8  // all NT accumulators in registers
     for (int t = 0; t < NT; ++t) {
       const float* xt = x + static_cast<std::size_t>(t) * ldx + kk;
       for (int v = 0; v < 4; ++v) acc[t][v] = _mm512_fmadd_ps(wv[v], _mm512_loadu_ps(xt + 16 * v), acc[t][v]);
@@ -116,7 +114,8 @@ STREAMLLM_AVX512 inline void gemv_widen_row(const std::byte* w, std::size_t row_
       acc[t][0] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x + static_cast<std::size_t>(t) * ldx + kk), acc[t][0]);
   }
   for (int t = 0; t < NT; ++t)
-    y[static_cast<std::size_t>(t) * ldy + r] = hsum(_mm512_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]), _mm512_add_ps(acc[t][2], acc[t][3])));
+    y[static_cast<std::size_t>(t) * ldy + r] =
+        hsum(_mm512_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]), _mm512_add_ps(acc[t][2], acc[t][3])));
 }
 
 // quantize_block, vectorised, with the same rounding (half away from zero).
@@ -150,9 +149,7 @@ STREAMLLM_AVX512 inline void quantize_activations_avx512(const float* x, std::si
 // int32 lanes from -offset * sum / 8 = -sum << kOffsetShift. Two blocks fill
 // a zmm; each half is scaled by its own dw * dx.
 
-STREAMLLM_AVX512 inline __m512 pair_ps(float a, float b) {
-  return _mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(b), 1);
-}
+STREAMLLM_AVX512 inline __m512 pair_ps(float a, float b) { return _mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(b), 1); }
 STREAMLLM_AVX512 inline __m512i pair_epi32(std::int32_t a, std::int32_t b) {
   return _mm512_inserti32x8(_mm512_set1_epi32(a), _mm256_set1_epi32(b), 1);
 }
@@ -170,18 +167,15 @@ struct QuantsScales {
 
 struct Q8_0Row {
   using Block = quant::BlockQ8_0;
-  using Pairs = Q8_0Row;  // the row type whose pair kernel takes the blocks past the last group
+  using Pairs = Q8_0Row;                  // the row type whose pair kernel takes the blocks past the last group
   static constexpr int kOffsetShift = 4;  // offset 128 = 8 lanes x 2^4
   static constexpr int kGroupShift = 7;   // one lane per block (batched kernel): 2^7
   STREAMLLM_AVX512 static __m512i unsigned_pair(const Block* b) {
-    const __m512i q = _mm512_inserti64x4(
-        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[0].qs))),
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[1].qs)), 1);
+    const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[0].qs))),
+                                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[1].qs)), 1);
     return _mm512_xor_si512(q, _mm512_set1_epi8(static_cast<char>(0x80)));
   }
-  STREAMLLM_AVX512 static QuantsScales quants_scales_pair(const Block* b) {
-    return {unsigned_pair(b), pair_f16(b[0].d, b[1].d)};
-  }
+  STREAMLLM_AVX512 static QuantsScales quants_scales_pair(const Block* b) { return {unsigned_pair(b), pair_f16(b[0].d, b[1].d)}; }
   STREAMLLM_AVX512 static __m512 load_group16(const Block* b, __m512i wq[8]);
   static std::int32_t scalar_dot(const Block& b, const std::int8_t* x) {
     std::int32_t s = 0;
@@ -199,8 +193,8 @@ struct Q4_0PairIndex {
 constexpr Q4_0PairIndex make_q4_0_pair_index() {
   Q4_0PairIndex x{};
   for (int i = 0; i < 64; ++i) x.quants[i] = static_cast<std::uint8_t>((i / 32) * 18 + 2 + i % 16);  // lanes: qs0 qs0 qs1 qs1
-  for (int i = 0; i < 32; ++i) x.shifts[i] = static_cast<std::uint16_t>((i / 8) % 2 ? 4 : 0);         // low, high, low, high
-  for (int i = 0; i < 32; ++i) x.scales[i] = static_cast<std::uint16_t>(i < 8 ? 0 : 9);               // words 0 and 9: d0, d1
+  for (int i = 0; i < 32; ++i) x.shifts[i] = static_cast<std::uint16_t>((i / 8) % 2 ? 4 : 0);        // low, high, low, high
+  for (int i = 0; i < 32; ++i) x.scales[i] = static_cast<std::uint16_t>(i < 8 ? 0 : 9);              // words 0 and 9: d0, d1
   return x;
 }
 
@@ -282,7 +276,7 @@ STREAMLLM_AVX512 inline void gemv_int8_row(const std::byte* w, std::size_t row_b
     if (kPrefetchInt8) prefetch_ahead(bytes + b * sizeof(Block) + kPrefetchBytes, 4 * sizeof(Block));
     const auto [u0, d0] = Row::quants_scales_pair(row + b);
     const auto [u1, d1] = Row::quants_scales_pair(row + b + 2);
-    #pragma GCC unroll 8  // all NT accumulators in registers
+#pragma GCC unroll 8  // all NT accumulators in registers
     for (int t = 0; t < NT; ++t) {
       acc0[t] = int8_pair<Row>(acc0[t], u0, d0, x[t], b / 2);
       acc1[t] = int8_pair<Row>(acc1[t], u1, d1, x[t], b / 2 + 1);
@@ -349,7 +343,7 @@ STREAMLLM_AVX512 inline void gemv_widen_rows(std::size_t r0, std::size_t r1, con
         w0[s] = Row::load(row[s], kk);
         w1[s] = Row::load(row[s], kk + 16);
       }
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int t = 0; t < NT; ++t) {
         const float* xt = x + static_cast<std::size_t>(t) * ldx + kk;
         const __m512 x0 = _mm512_loadu_ps(xt), x1 = _mm512_loadu_ps(xt + 16);
@@ -535,17 +529,19 @@ STREAMLLM_AVX512 inline void interleave_row_avx512(DType base, const std::byte* 
       Q4_0Row::load_group16(reinterpret_cast<const quant::BlockQ4_0*>(in), wq);
       for (int g = 0; g < 4; ++g) _mm512_storeu_si512(out + 64 * g, _mm512_or_si512(wq[g], _mm512_slli_epi16(wq[g + 4], 4)));
     }
-    for (std::size_t b = 0; b < quant::kGroupBlocks; ++b) std::memcpy(out + quant::group_scale_offset(base, b), in + b * block, 2);
+    for (std::size_t b = 0; b < quant::kGroupBlocks; ++b)
+      std::memcpy(out + quant::group_scale_offset(base, b), in + b * block, 2);
   }
-  std::memcpy(dst + groups * group, src + groups * group, static_cast<std::size_t>(row_bytes(base, static_cast<std::int64_t>(cols))) - groups * group);
+  std::memcpy(dst + groups * group, src + groups * group,
+              static_cast<std::size_t>(row_bytes(base, static_cast<std::int64_t>(cols))) - groups * group);
 }
 
 // Row r, groups [g0, g1) of 16 blocks, against NT tokens; stores the sums,
 // or adds them to y when `accumulate`.
 template <class Row, int NT>
-STREAMLLM_AVX512 inline void gemv_int8_row_groups(const std::byte* w, std::size_t row_bytes, const QuantizedActivations::Slice& xa,
-                                                  float* y, std::size_t ldy, std::size_t r, std::size_t g0, std::size_t g1,
-                                                  bool accumulate) {
+STREAMLLM_AVX512 inline void gemv_int8_row_groups(const std::byte* w, std::size_t row_bytes,
+                                                  const QuantizedActivations::Slice& xa, float* y, std::size_t ldy, std::size_t r,
+                                                  std::size_t g0, std::size_t g1, bool accumulate) {
   using Block = typename Row::Block;
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
@@ -566,23 +562,26 @@ STREAMLLM_AVX512 inline void gemv_int8_row_groups(const std::byte* w, std::size_
     // gets two chains, so that 8 vpdpbusd in a row do not wait on each other.
     constexpr int kChains = NT == 1 ? 2 : 1;
     __m512i sum[NT][kChains];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) {
       sum[t][0] = _mm512_load_si512(xs0 + static_cast<std::size_t>(t) * 16);
       if constexpr (kChains == 2) sum[t][1] = _mm512_setzero_si512();
     }
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) {
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int t = 0; t < NT; ++t)
-        sum[t][g % kChains] = _mm512_dpbusd_epi32(sum[t][g % kChains], wq[g], _mm512_load_si512(xq0 + static_cast<std::size_t>(t) * 512 + 64 * static_cast<std::size_t>(g)));
+        sum[t][g % kChains] =
+            _mm512_dpbusd_epi32(sum[t][g % kChains], wq[g],
+                                _mm512_load_si512(xq0 + static_cast<std::size_t>(t) * 512 + 64 * static_cast<std::size_t>(g)));
     }
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int t = 0; t < NT; ++t)
       if constexpr (kChains == 2) sum[t][0] = _mm512_add_epi32(sum[t][0], sum[t][1]);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int t = 0; t < NT; ++t)
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t][0]), _mm512_mul_ps(dw, _mm512_load_ps(xd0 + static_cast<std::size_t>(t) * 16)), acc[t]);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t][0]),
+                               _mm512_mul_ps(dw, _mm512_load_ps(xd0 + static_cast<std::size_t>(t) * 16)), acc[t]);
   }
   for (int t = 0; t < NT; ++t) {
     float& out = y[static_cast<std::size_t>(t) * ldy + r];
@@ -594,14 +593,30 @@ STREAMLLM_AVX512 inline void gemv_int8_row_groups(const std::byte* w, std::size_
 template <class F>
 STREAMLLM_AVX512 inline void with_tokens8(std::size_t nt, F&& f) {
   switch (nt) {
-    case 1: f.template operator()<1>(); break;
-    case 2: f.template operator()<2>(); break;
-    case 3: f.template operator()<3>(); break;
-    case 4: f.template operator()<4>(); break;
-    case 5: f.template operator()<5>(); break;
-    case 6: f.template operator()<6>(); break;
-    case 7: f.template operator()<7>(); break;
-    default: f.template operator()<8>(); break;
+    case 1:
+      f.template operator()<1>();
+      break;
+    case 2:
+      f.template operator()<2>();
+      break;
+    case 3:
+      f.template operator()<3>();
+      break;
+    case 4:
+      f.template operator()<4>();
+      break;
+    case 5:
+      f.template operator()<5>();
+      break;
+    case 6:
+      f.template operator()<6>();
+      break;
+    case 7:
+      f.template operator()<7>();
+      break;
+    default:
+      f.template operator()<8>();
+      break;
   }
 }
 
@@ -630,14 +645,14 @@ STREAMLLM_AVX512 inline void gemv_int8_streams(std::size_t r0, std::size_t r1, c
       const std::int8_t* xq = xs.q16_group(G);
       const __m512 xd = _mm512_load_ps(xs.d16_group(G));
       const __m512i xsum = _mm512_load_si512(xs.sum16_group(G));
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (std::size_t s = 0; s < kStream; ++s) {
         const std::byte* group = row[s] + G * kGroupBytes;
         prefetch_ahead(group + kInt8PrefetchBytes, kGroupBytes);
         __m512i wq[8];
         const __m512 dw = Row::load_group16(reinterpret_cast<const Block*>(group), wq);
         __m512i even = xsum, odd = _mm512_setzero_si512();  // two chains: 8 vpdpbusd in a row
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int g = 0; g < 8; g += 2) {
           even = _mm512_dpbusd_epi32(even, wq[g], _mm512_load_si512(xq + 64 * g));
           odd = _mm512_dpbusd_epi32(odd, wq[g + 1], _mm512_load_si512(xq + 64 * g + 64));
@@ -649,7 +664,8 @@ STREAMLLM_AVX512 inline void gemv_int8_streams(std::size_t r0, std::size_t r1, c
   }
   for (std::size_t r = r0 + kStream * q; r < r1; ++r) gemv_int8_row_groups<Row, 1>(w, row_bytes, xs, y, 0, r, 0, groups, false);
   if (16 * groups < xa->blocks)
-    for (std::size_t r = r0; r < r1; ++r) gemv_int8_row<typename Row::Pairs, 1>(w, row_bytes, xs, y, 0, r, 16 * groups, xa->blocks, groups > 0);
+    for (std::size_t r = r0; r < r1; ++r)
+      gemv_int8_row<typename Row::Pairs, 1>(w, row_bytes, xs, y, 0, r, 16 * groups, xa->blocks, groups > 0);
 }
 
 // Rows [r0, r1) against n tokens of int8 activations. Each row once for up
@@ -668,7 +684,8 @@ STREAMLLM_AVX512 inline void gemv_int8_rows(std::size_t r0, std::size_t r1, cons
   const std::size_t nb = xa->blocks, groups = xa->groups, grouped = 16 * groups;
   constexpr std::size_t kActivationBytes = 24 << 10, kGroupBytes = 512 + 2 * 16 * 4;
   for (std::size_t t0 = 0; t0 < n; t0 += 8) {  // past 8 tokens, the rows come again from L2
-    const std::size_t nt = std::min<std::size_t>(8, n - t0), slice = std::max<std::size_t>(1, kActivationBytes / (nt * kGroupBytes));
+    const std::size_t nt = std::min<std::size_t>(8, n - t0),
+                      slice = std::max<std::size_t>(1, kActivationBytes / (nt * kGroupBytes));
     const QuantizedActivations::Slice xs = xa->slice(t0);
     for (std::size_t g0 = 0; g0 < groups; g0 += slice)
       for (std::size_t r = r0; r < r1; ++r)
@@ -726,7 +743,8 @@ STREAMLLM_AVX512 inline void q5k_quants(const quant::BlockQ5K& b, __m512i q[4]) 
   const __m512i h2 = _mm512_inserti64x4(_mm512_castsi256_si512(h), _mm256_srli_epi16(h, 1), 1);  // bit 2c: both halves
   const __m512i sixteen = _mm512_set1_epi8(16);
   for (int c = 0; c < 4; ++c)
-    q[c] = _mm512_mask_add_epi8(q[c], _mm512_test_epi8_mask(h2, _mm512_set1_epi8(static_cast<char>(1 << (2 * c)))), q[c], sixteen);
+    q[c] =
+        _mm512_mask_add_epi8(q[c], _mm512_test_epi8_mask(h2, _mm512_set1_epi8(static_cast<char>(1 << (2 * c)))), q[c], sixteen);
 }
 
 // Q6_K quants (q + 32): half n holds elements 128n + [0, 128): ql's 64 bytes
@@ -785,8 +803,9 @@ STREAMLLM_AVX512 inline void gemv_kquant_int8_row(const std::byte* w, std::size_
       else
         q5k_quants(b, q);
     } else {
-      scales = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b.d)),
-                             _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)))));
+      scales =
+          _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b.d)),
+                        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)))));
       q6k_quants(b, q);
     }
     for (int j = 0; j < NT; ++j) {
@@ -812,8 +831,9 @@ STREAMLLM_AVX512 inline void gemv_kquant_int8_row(const std::byte* w, std::size_
 }
 
 template <int NT>
-STREAMLLM_AVX512 inline void gemv_kquant_int8_rows(DType t, std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
-                                                   const QuantizedActivations& xa, float* y, std::size_t ldy) {
+STREAMLLM_AVX512 inline void gemv_kquant_int8_rows(DType t, std::size_t r0, std::size_t r1, const std::byte* w,
+                                                   std::size_t row_bytes, const QuantizedActivations& xa, float* y,
+                                                   std::size_t ldy) {
   const __m512i index[4] = {kquant_lane_scale_index(t, 0), kquant_lane_scale_index(t, 1), kquant_lane_scale_index(t, 2),
                             kquant_lane_scale_index(t, 3)};
   if (t == DType::Q4_K)
@@ -830,12 +850,12 @@ STREAMLLM_AVX512 inline void gemv_kquant_int8_rows(DType t, std::size_t r0, std:
 // of k, 32 tokens x (x[k], x[k+1]). Weight rows are read as bf16 pairs,
 // broadcast, and vdpbf16ps adds w[k]x[k] + w[k+1]x[k+1] into each token's lane.
 
-inline constexpr std::size_t kBf16Tok = 32;  // tokens per micro-tile (two zmm)
-inline constexpr std::size_t kBf16Rows = 12; // weight rows per micro-tile: 24 accumulators
+inline constexpr std::size_t kBf16Tok = 32;   // tokens per micro-tile (two zmm)
+inline constexpr std::size_t kBf16Rows = 12;  // weight rows per micro-tile: 24 accumulators
 
 template <std::size_t MR>
-STREAMLLM_AVX512 inline void gemm_bf16_micro(const std::uint16_t* w, std::size_t ldw, const std::uint16_t* xp,
-                                             std::size_t kc, float* c, std::size_t ldc, bool accumulate) {
+STREAMLLM_AVX512 inline void gemm_bf16_micro(const std::uint16_t* w, std::size_t ldw, const std::uint16_t* xp, std::size_t kc,
+                                             float* c, std::size_t ldc, bool accumulate) {
   __m512 acc0[MR], acc1[MR];
   for (std::size_t i = 0; i < MR; ++i) {
     acc0[i] = accumulate ? _mm512_loadu_ps(c + i * ldc) : _mm512_setzero_ps();
@@ -860,8 +880,8 @@ STREAMLLM_AVX512 inline void gemm_bf16_micro(const std::uint16_t* w, std::size_t
 
 template <std::size_t... MR>
 STREAMLLM_AVX512 inline void gemm_bf16_micro_rows(std::size_t rows, const std::uint16_t* w, std::size_t ldw,
-                                                  const std::uint16_t* xp, std::size_t kc, float* c,
-                                                  std::size_t ldc, bool accumulate, std::index_sequence<MR...>) {
+                                                  const std::uint16_t* xp, std::size_t kc, float* c, std::size_t ldc,
+                                                  bool accumulate, std::index_sequence<MR...>) {
   ((rows == MR + 1 ? gemm_bf16_micro<MR + 1>(w, ldw, xp, kc, c, ldc, accumulate) : void()), ...);
 }
 
@@ -907,9 +927,14 @@ STREAMLLM_AVX512 inline void bf16_to_f32_row(const std::uint16_t* src, std::size
 // BF16: the f32 tiles' rows); false for the others.
 STREAMLLM_AVX512 inline bool dequantize_row_f32(DType t, const std::byte* src, std::size_t cols, float* dst) {
   switch (t) {
-    case DType::F16: f16_to_f32_row(reinterpret_cast<const std::uint16_t*>(src), cols, dst); return true;
-    case DType::BF16: bf16_to_f32_row(reinterpret_cast<const std::uint16_t*>(src), cols, dst); return true;
-    default: return false;
+    case DType::F16:
+      f16_to_f32_row(reinterpret_cast<const std::uint16_t*>(src), cols, dst);
+      return true;
+    case DType::BF16:
+      bf16_to_f32_row(reinterpret_cast<const std::uint16_t*>(src), cols, dst);
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -989,8 +1014,8 @@ struct GemmBf16 : TransposeBack {
     pack_group_bf16(x, ldx, n, k, xp, g);
   }
   template <std::size_t... MR>
-  static void micro_rows(std::size_t rows, const std::uint16_t* w, std::size_t ldw, const std::uint16_t* xp,
-                         std::size_t kc, float* c, std::size_t ldc, bool accumulate, std::index_sequence<MR...> seq) {
+  static void micro_rows(std::size_t rows, const std::uint16_t* w, std::size_t ldw, const std::uint16_t* xp, std::size_t kc,
+                         float* c, std::size_t ldc, bool accumulate, std::index_sequence<MR...> seq) {
     gemm_bf16_micro_rows(rows, w, ldw, xp, kc, c, ldc, accumulate, seq);
   }
 };

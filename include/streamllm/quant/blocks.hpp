@@ -22,40 +22,40 @@ inline constexpr int kQK = 32;    // elements per Q8_0 / Q4_0 block
 inline constexpr int kQKK = 256;  // elements per K-quant super-block
 
 #pragma pack(push, 1)
-struct BlockQ8_0 {     // x = d * q
-  std::uint16_t d;     // fp16
+struct BlockQ8_0 {  // x = d * q
+  std::uint16_t d;  // fp16
   std::int8_t qs[kQK];
 };
-struct BlockQ4_0 {     // x = d * (q - 8); element j in the low nibble of qs[j], j+16 in the high one
+struct BlockQ4_0 {  // x = d * (q - 8); element j in the low nibble of qs[j], j+16 in the high one
   std::uint16_t d;
   std::uint8_t qs[kQK / 2];
 };
-struct BlockQ4_1 {     // x = d * q + m, nibbles as Q4_0's
+struct BlockQ4_1 {  // x = d * q + m, nibbles as Q4_0's
   std::uint16_t d, m;
   std::uint8_t qs[kQK / 2];
 };
-struct BlockQ5_0 {     // x = d * (q - 16): Q4_0's nibbles, bit j of qh the fifth bit of element j
+struct BlockQ5_0 {  // x = d * (q - 16): Q4_0's nibbles, bit j of qh the fifth bit of element j
   std::uint16_t d;
   std::uint8_t qh[4];
   std::uint8_t qs[kQK / 2];
 };
-struct BlockQ5_1 {     // x = d * q + m, bits as Q5_0's
+struct BlockQ5_1 {  // x = d * q + m, bits as Q5_0's
   std::uint16_t d, m;
   std::uint8_t qh[4];
   std::uint8_t qs[kQK / 2];
 };
-struct BlockQ4K {      // 8 sub-blocks of 32: x = d * sc * q - dmin * m, 6-bit sc and m
+struct BlockQ4K {  // 8 sub-blocks of 32: x = d * sc * q - dmin * m, 6-bit sc and m
   std::uint16_t d, dmin;
   std::uint8_t scales[12];
   std::uint8_t qs[kQKK / 2];
 };
-struct BlockQ5K {      // Q4_K with a fifth bit: sub-block 2c + h of chunk c takes bit 2c + h of qh[l]
+struct BlockQ5K {  // Q4_K with a fifth bit: sub-block 2c + h of chunk c takes bit 2c + h of qh[l]
   std::uint16_t d, dmin;
   std::uint8_t scales[12];
   std::uint8_t qh[kQKK / 8];
   std::uint8_t qs[kQKK / 2];
 };
-struct BlockQ6K {      // 16 sub-blocks of 16: x = d * sc * (q - 32), 8-bit sc, 6-bit q
+struct BlockQ6K {  // 16 sub-blocks of 16: x = d * sc * (q - 32), 8-bit sc, 6-bit q
   std::uint8_t ql[kQKK / 2];
   std::uint8_t qh[kQKK / 4];
   std::int8_t scales[kQKK / 16];
@@ -212,14 +212,22 @@ inline void dequantize_row(DType t, const std::byte* src, std::int64_t cols, flo
         y[i] = bf16_to_f32(h);
       }
       return;
-    case DType::Q8_0: return dequantize_blocks<BlockQ8_0, kQK>(src, cols, y);
-    case DType::Q4_0: return dequantize_blocks<BlockQ4_0, kQK>(src, cols, y);
-    case DType::Q4_1: return dequantize_blocks<BlockQ4_1, kQK>(src, cols, y);
-    case DType::Q5_0: return dequantize_blocks<BlockQ5_0, kQK>(src, cols, y);
-    case DType::Q5_1: return dequantize_blocks<BlockQ5_1, kQK>(src, cols, y);
-    case DType::Q4_K: return dequantize_blocks<BlockQ4K, kQKK>(src, cols, y);
-    case DType::Q5_K: return dequantize_blocks<BlockQ5K, kQKK>(src, cols, y);
-    case DType::Q6_K: return dequantize_blocks<BlockQ6K, kQKK>(src, cols, y);
+    case DType::Q8_0:
+      return dequantize_blocks<BlockQ8_0, kQK>(src, cols, y);
+    case DType::Q4_0:
+      return dequantize_blocks<BlockQ4_0, kQK>(src, cols, y);
+    case DType::Q4_1:
+      return dequantize_blocks<BlockQ4_1, kQK>(src, cols, y);
+    case DType::Q5_0:
+      return dequantize_blocks<BlockQ5_0, kQK>(src, cols, y);
+    case DType::Q5_1:
+      return dequantize_blocks<BlockQ5_1, kQK>(src, cols, y);
+    case DType::Q4_K:
+      return dequantize_blocks<BlockQ4K, kQKK>(src, cols, y);
+    case DType::Q5_K:
+      return dequantize_blocks<BlockQ5K, kQKK>(src, cols, y);
+    case DType::Q6_K:
+      return dequantize_blocks<BlockQ6K, kQKK>(src, cols, y);
     case DType::Q8_0x16:
     case DType::Q4_0x16: {
       // A group at a time back to its blocks; the tail is blocks already.
@@ -463,14 +471,22 @@ inline void quantize_row(DType t, const float* x, std::int64_t cols, std::byte* 
         std::memcpy(dst + 2 * i, &h, 2);
       }
       return;
-    case DType::Q8_0: return quantize_blocks<BlockQ8_0, kQK>(x, cols, dst);
-    case DType::Q4_0: return quantize_blocks<BlockQ4_0, kQK>(x, cols, dst);
-    case DType::Q4_1: return quantize_blocks<BlockQ4_1, kQK>(x, cols, dst);
-    case DType::Q5_0: return quantize_blocks<BlockQ5_0, kQK>(x, cols, dst);
-    case DType::Q5_1: return quantize_blocks<BlockQ5_1, kQK>(x, cols, dst);
-    case DType::Q4_K: return quantize_blocks<BlockQ4K, kQKK>(x, cols, dst);
-    case DType::Q5_K: return quantize_blocks<BlockQ5K, kQKK>(x, cols, dst);
-    case DType::Q6_K: return quantize_blocks<BlockQ6K, kQKK>(x, cols, dst);
+    case DType::Q8_0:
+      return quantize_blocks<BlockQ8_0, kQK>(x, cols, dst);
+    case DType::Q4_0:
+      return quantize_blocks<BlockQ4_0, kQK>(x, cols, dst);
+    case DType::Q4_1:
+      return quantize_blocks<BlockQ4_1, kQK>(x, cols, dst);
+    case DType::Q5_0:
+      return quantize_blocks<BlockQ5_0, kQK>(x, cols, dst);
+    case DType::Q5_1:
+      return quantize_blocks<BlockQ5_1, kQK>(x, cols, dst);
+    case DType::Q4_K:
+      return quantize_blocks<BlockQ4K, kQKK>(x, cols, dst);
+    case DType::Q5_K:
+      return quantize_blocks<BlockQ5K, kQKK>(x, cols, dst);
+    case DType::Q6_K:
+      return quantize_blocks<BlockQ6K, kQKK>(x, cols, dst);
     case DType::Q8_0x16:
     case DType::Q4_0x16: {
       std::vector<std::byte> blocks(static_cast<std::size_t>(row_bytes(t, cols)));

@@ -33,19 +33,13 @@ constexpr std::size_t block_group_lane(std::size_t block) { return 8 * (block % 
 
 constexpr bool is_interleaved(DType t) { return t == DType::Q8_0x16 || t == DType::Q4_0x16; }
 // The file type an interleaved type was made from, and back.
-constexpr DType base_type(DType t) {
-  return t == DType::Q8_0x16 ? DType::Q8_0 : t == DType::Q4_0x16 ? DType::Q4_0 : t;
-}
-constexpr DType interleaved_type(DType t) {
-  return t == DType::Q8_0 ? DType::Q8_0x16 : t == DType::Q4_0 ? DType::Q4_0x16 : t;
-}
+constexpr DType base_type(DType t) { return t == DType::Q8_0x16 ? DType::Q8_0 : t == DType::Q4_0x16 ? DType::Q4_0 : t; }
+constexpr DType interleaved_type(DType t) { return t == DType::Q8_0 ? DType::Q8_0x16 : t == DType::Q4_0 ? DType::Q4_0x16 : t; }
 
 // Quant bytes per block of a base type (after its f16 scale).
 constexpr std::size_t quant_bytes(DType base) { return static_cast<std::size_t>(traits(base).block_bytes) - 2; }
 // Where, in its group, quant byte j of block b goes, and its scale.
-constexpr std::size_t group_quant_offset(std::size_t b, std::size_t j) {
-  return 64 * (j / 4) + 4 * block_group_lane(b) + j % 4;
-}
+constexpr std::size_t group_quant_offset(std::size_t b, std::size_t j) { return 64 * (j / 4) + 4 * block_group_lane(b) + j % 4; }
 constexpr std::size_t group_scale_offset(DType base, std::size_t b) {
   return kGroupBlocks * quant_bytes(base) + 2 * block_group_lane(b);
 }

@@ -72,16 +72,16 @@ struct HttpReply {
 
 struct ServiceOptions {
   std::string model_name = "streamllm";
-  std::size_t max_sequences = 8;   // in the batch at once
-  std::size_t max_waiting = 64;    // queued behind them; more get 429
+  std::size_t max_sequences = 8;  // in the batch at once
+  std::size_t max_waiting = 64;   // queued behind them; more get 429
   std::size_t step_tokens = 256;
   std::int64_t sinks = 4, window = 0;  // window 0: dense caches
   int default_max_tokens = 256;
   std::size_t cache_bytes = std::size_t(512) << 20;  // kept caches in memory (0: no reuse)
   std::string cache_dir;                             // evicted caches on disk ("" : none)
   std::uintmax_t cache_dir_bytes = std::uintmax_t(4) << 30;
-  std::string api_key;        // "" : no key
-  std::string cors_origin;    // "" : no CORS headers; "*" : any origin
+  std::string api_key;              // "" : no key
+  std::string cors_origin;          // "" : no CORS headers; "*" : any origin
   bool loopback_hosts_only = true;  // accept only loopback Host names (a loopback bind: DNS rebinding)
   int retry_after_s = 1;
   std::function<void(const std::string&)> warn;
@@ -175,8 +175,7 @@ class ApiService {
   };
 
   template <class Config>
-  ApiService(Llama<Config>& model, const Tokenizer& tok, ServiceOptions opt)
-      : ApiService(tok, std::move(opt), Config::shape()) {
+  ApiService(Llama<Config>& model, const Tokenizer& tok, ServiceOptions opt) : ApiService(tok, std::move(opt), Config::shape()) {
     if (opt_.window > 0) DynamicSinkWindowKVCache<Config> probe(opt_.sinks, opt_.window);  // sizes checked once
     // Made here, after the members its pool's folder is read into (known_).
     engine_ = std::make_unique<BatchEngine<Config>>(model, tok, scheduler_options());
@@ -269,7 +268,8 @@ class ApiService {
   }
 
   static std::string endpoint_name(const std::string& path) {
-    for (const char* p : {"/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"})
+    for (const char* p :
+         {"/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"})
       if (path == p) return p;
     if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
     return "other";
@@ -283,16 +283,19 @@ class ApiService {
   static bool loopback_host(std::string_view host) {
     if (host.empty()) return true;  // HTTP/1.0
     std::string_view name = host;
-    if (name.front() == '[') name = name.substr(0, name.find(']') + 1);
-    else name = name.substr(0, name.find(':'));
+    if (name.front() == '[')
+      name = name.substr(0, name.find(']') + 1);
+    else
+      name = name.substr(0, name.find(':'));
     return name == "localhost" || name == "[::1]" || name.rfind("127.", 0) == 0;
   }
 
   void route(const HttpRequest& req, const std::string& path, Handled& h) {
     using openai::ApiError;
     if (opt_.loopback_hosts_only && !loopback_host(req.header("host")))
-      throw ApiError(403, "Host '" + std::string(req.header("host")) +
-                              "' is not accepted: this server listens on loopback and answers only loopback names",
+      throw ApiError(403,
+                     "Host '" + std::string(req.header("host")) +
+                         "' is not accepted: this server listens on loopback and answers only loopback names",
                      {}, "permission_error");
     const bool gets = path == "/health" || path == "/metrics" || path == "/v1/models" || path.rfind("/v1/models/", 0) == 0;
     const bool posts = path == "/v1/completions" || path == "/v1/chat/completions" || path == "/completions" ||
@@ -313,7 +316,7 @@ class ApiService {
     if (path == "/health") return health(h.reply);
     if (!opt_.api_key.empty() && req.header("authorization") != "Bearer " + opt_.api_key)
       throw ApiError(401, req.header("authorization").empty() ? "an API key is required: Authorization: Bearer <key>"
-                                                               : "the API key is not valid");
+                                                              : "the API key is not valid");
     if (path == "/metrics") {
       h.reply.status = 200;
       h.reply.body = metrics_.text({engine_->active(), engine_->waiting(), engine_->pool_bytes(), engine_->pool_entries()});
@@ -323,7 +326,8 @@ class ApiService {
     if (path == "/v1/models") return h.reply.set_json(200, {{"object", "list"}, {"data", json::array({model_json()})}});
     if (gets) {  // /v1/models/{id}
       const std::string id = path.substr(std::string_view("/v1/models/").size());
-      if (id != opt_.model_name) throw ApiError(404, "the model '" + id + "' does not exist; this server has '" + opt_.model_name + "'", "model");
+      if (id != opt_.model_name)
+        throw ApiError(404, "the model '" + id + "' does not exist; this server has '" + opt_.model_name + "'", "model");
       return h.reply.set_json(200, model_json());
     }
     const json body = parse_body(req);
@@ -349,15 +353,26 @@ class ApiService {
   }
 
   void health(HttpReply& r) const {
-    r.set_json(draining_ ? 503 : 200, {{"status", draining_ ? "shutting down" : "ok"}, {"model", opt_.model_name},
-                                       {"active_sequences", engine_->active()}, {"waiting_sequences", engine_->waiting()}});
+    r.set_json(draining_ ? 503 : 200, {{"status", draining_ ? "shutting down" : "ok"},
+                                       {"model", opt_.model_name},
+                                       {"active_sequences", engine_->active()},
+                                       {"waiting_sequences", engine_->waiting()}});
   }
 
   json model_json() const {
     const ModelShape& s = shape_;
-    return {{"id", opt_.model_name}, {"object", "model"}, {"created", created_}, {"owned_by", "streamllm"},
-            {"meta", {{"dim", s.dim}, {"layers", s.layers}, {"heads", s.heads}, {"kv_heads", s.kv_heads},
-                      {"vocab", s.vocab}, {"context", s.max_seq}, {"cache", opt_.window > 0 ? "sink+window" : "dense"}}}};
+    return {{"id", opt_.model_name},
+            {"object", "model"},
+            {"created", created_},
+            {"owned_by", "streamllm"},
+            {"meta",
+             {{"dim", s.dim},
+              {"layers", s.layers},
+              {"heads", s.heads},
+              {"kv_heads", s.kv_heads},
+              {"vocab", s.vocab},
+              {"context", s.max_seq},
+              {"cache", opt_.window > 0 ? "sink+window" : "dense"}}}};
   }
 
   void tokenize(const json& body, HttpReply& r) const {
@@ -368,15 +383,15 @@ class ApiService {
     const bool pieces = openai::detail::boolean(body, "with_pieces", false);
     const auto ids = tok_->encode(it->get<std::string>(), special);
     json tokens = json::array();
-    for (TokenId id : ids)
-      tokens.push_back(pieces ? json{{"id", id}, {"piece", openai::token_text(*tok_, id)}} : json(id));
+    for (TokenId id : ids) tokens.push_back(pieces ? json{{"id", id}, {"piece", openai::token_text(*tok_, id)}} : json(id));
     r.set_json(200, {{"tokens", tokens}});
   }
 
   void detokenize(const json& body, HttpReply& r) const {
     using openai::ApiError;
     const auto it = body.find("tokens");
-    if (!body.is_object() || it == body.end() || !it->is_array()) throw ApiError(400, "'tokens' must be an array of token ids", "tokens");
+    if (!body.is_object() || it == body.end() || !it->is_array())
+      throw ApiError(400, "'tokens' must be an array of token ids", "tokens");
     const openai::Limits lim{static_cast<int>(shape_.vocab)};
     const auto ids = it->empty() ? std::vector<TokenId>() : openai::detail::token_array(*it, lim, "tokens");
     r.set_json(200, {{"content", tok_->decode(ids)}});
@@ -398,7 +413,7 @@ class ApiService {
 
   struct Choice {
     std::optional<GenerationResult> result;
-    std::size_t text_bytes = 0;              // streamed so far (completions' text_offset)
+    std::size_t text_bytes = 0;                // streamed so far (completions' text_offset)
     openai::CompletionLogprobs completion_lp;  // whole answers
     json chat_lp = json::array();
   };
@@ -426,8 +441,8 @@ class ApiService {
     lim.max_prompt_bytes = opt_.window > 0 ? 0 : static_cast<std::size_t>(shape_.max_seq) * 64;
     auto job = std::make_shared<Job>();
     job->req = openai::parse_request(body, ep, *tok_, lim, &known_);
-    job->env = {std::string(ep == openai::Endpoint::Chat ? "chatcmpl-" : "cmpl-") + std::to_string(++next_id_),
-                opt_.model_name, now_s(), ep};
+    job->env = {std::string(ep == openai::Endpoint::Chat ? "chatcmpl-" : "cmpl-") + std::to_string(++next_id_), opt_.model_name,
+                now_s(), ep};
     job->choices.resize(job->req.choices());
     job->ex = std::make_shared<Exchange>(job->req.stream);
     const std::uint64_t seed = job->req.seed ? *job->req.seed : next_seed();
@@ -440,8 +455,10 @@ class ApiService {
       if (ep == openai::Endpoint::Chat) {  // OpenAI opens each choice with its role
         std::string first;
         for (std::size_t c = 0; c < job->choices.size(); ++c)
-          first += openai::sse(with_usage_null(*job, job->env.chunk({{"index", c}, {"delta", {{"role", "assistant"}, {"content", ""}}},
-                                                                      {"logprobs", nullptr}, {"finish_reason", nullptr}})));
+          first += openai::sse(with_usage_null(*job, job->env.chunk({{"index", c},
+                                                                     {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                                                     {"logprobs", nullptr},
+                                                                     {"finish_reason", nullptr}})));
         job->ex->write(first);
       }
     }
@@ -507,8 +524,10 @@ class ApiService {
     const bool chat = job.req.endpoint == openai::Endpoint::Chat;
     if (!job.req.stream) {
       if (job.req.logprobs) {
-        if (chat) for (auto& e : openai::chat_logprobs(*tok_, p.logprobs)) ch.chat_lp.push_back(std::move(e));
-        else ch.completion_lp.add(*tok_, p.logprobs, ch.text_bytes);
+        if (chat)
+          for (auto& e : openai::chat_logprobs(*tok_, p.logprobs)) ch.chat_lp.push_back(std::move(e));
+        else
+          ch.completion_lp.add(*tok_, p.logprobs, ch.text_bytes);
       }
       ch.text_bytes += p.text.size();
       return true;
@@ -525,8 +544,10 @@ class ApiService {
       }
     }
     choice["logprobs"] = lp;
-    if (chat) choice["delta"] = {{"content", std::string(p.text)}};
-    else choice["text"] = std::string(p.text);
+    if (chat)
+      choice["delta"] = {{"content", std::string(p.text)}};
+    else
+      choice["text"] = std::string(p.text);
     ch.text_bytes += p.text.size();
     job.ex->write(openai::sse(with_usage_null(job, job.env.chunk(std::move(choice)))));
     return true;
@@ -545,8 +566,10 @@ class ApiService {
         job.ex->write(openai::sse(openai::error_body(res.error, 500)));
       } else {
         json choice = {{"index", c}, {"logprobs", nullptr}, {"finish_reason", openai::finish_reason(res.stop)}};
-        if (chat) choice["delta"] = json::object();
-        else choice["text"] = "";
+        if (chat)
+          choice["delta"] = json::object();
+        else
+          choice["text"] = "";
         job.ex->write(openai::sse(with_usage_null(job, job.env.chunk(std::move(choice)))));
       }
     }
@@ -576,8 +599,13 @@ class ApiService {
     if (job.req.stream) {
       std::string tail;
       if (job.req.include_usage) {
-        json u = {{"id", job.env.id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", job.env.created},
-                  {"model", job.env.model}, {"system_fingerprint", "streamllm"}, {"choices", json::array()}, {"usage", use},
+        json u = {{"id", job.env.id},
+                  {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                  {"created", job.env.created},
+                  {"model", job.env.model},
+                  {"system_fingerprint", "streamllm"},
+                  {"choices", json::array()},
+                  {"usage", use},
                   {"timings", openai::timings(first)}};
         tail += openai::sse(u);
       }

@@ -45,8 +45,9 @@ class Metrics {
       out += buf;
     };
     std::lock_guard lock(mu_);
-    out += "# HELP streamllm_requests_total HTTP requests answered, by endpoint and status.\n"
-           "# TYPE streamllm_requests_total counter\n";
+    out +=
+        "# HELP streamllm_requests_total HTTP requests answered, by endpoint and status.\n"
+        "# TYPE streamllm_requests_total counter\n";
     for (const auto& [key, n] : requests_)
       line("streamllm_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", key.first.c_str(), key.second,
            static_cast<unsigned long long>(n));
@@ -63,8 +64,9 @@ class Metrics {
     gauge("streamllm_sequences_waiting", "Sequences queued behind the batch.", g.waiting);
     gauge("streamllm_cache_pool_bytes", "Memory of the caches kept for prefix reuse.", g.pool_bytes);
     gauge("streamllm_cache_pool_entries", "Caches kept for prefix reuse.", g.pool_entries);
-    out += "# HELP streamllm_time_to_first_token_seconds Request arrival to its first generated token.\n"
-           "# TYPE streamllm_time_to_first_token_seconds histogram\n";
+    out +=
+        "# HELP streamllm_time_to_first_token_seconds Request arrival to its first generated token.\n"
+        "# TYPE streamllm_time_to_first_token_seconds histogram\n";
     for (std::size_t i = 0; i < kBuckets.size(); ++i)
       line("streamllm_time_to_first_token_seconds_bucket{le=\"%g\"} %llu\n", kBuckets[i],
            static_cast<unsigned long long>(ttft_counts_[i]));

@@ -32,7 +32,9 @@ using json = nlohmann::json;
 class ApiError : public InputError {
  public:
   ApiError(int status, std::string message, std::string param = {}, std::string type = {})
-      : InputError(message), status_(status), param_(std::move(param)),
+      : InputError(message),
+        status_(status),
+        param_(std::move(param)),
         type_(type.empty() ? default_type(status) : std::move(type)) {}
   int status() const { return status_; }
   const std::string& param() const { return param_; }
@@ -57,17 +59,20 @@ inline std::string dump(const json& j) { return j.dump(-1, ' ', false, json::err
 
 inline json error_body(std::string_view message, int status, std::string_view param = {}, std::string type = {}) {
   if (type.empty()) type = ApiError::default_type(status);
-  return {{"error", {{"message", std::string(message)}, {"type", type},
-                     {"param", param.empty() ? json(nullptr) : json(std::string(param))}, {"code", status}}}};
+  return {{"error",
+           {{"message", std::string(message)},
+            {"type", type},
+            {"param", param.empty() ? json(nullptr) : json(std::string(param))},
+            {"code", status}}}};
 }
 
 enum class Endpoint { Completions, Chat };
 
 struct Limits {
   int vocab = 0;
-  std::int64_t context = 0;        // tokens a dense cache holds; 0: unbounded (sink+window)
+  std::int64_t context = 0;  // tokens a dense cache holds; 0: unbounded (sink+window)
   int default_max_tokens = 256;
-  int max_n = 16;                  // choices per prompt
+  int max_n = 16;  // choices per prompt
   std::size_t max_prompts = 16;
   std::size_t max_prompt_bytes = 0;  // of the prompt's text, checked before tokenising; 0: no limit
 };
@@ -77,12 +82,12 @@ struct Request {
   std::vector<std::vector<TokenId>> prompts;  // completions: one per prompt; chat: the dialog
   int n = 1;                                  // choices per prompt
   bool stream = false;
-  bool include_usage = false;                 // stream_options.include_usage
+  bool include_usage = false;  // stream_options.include_usage
   GenerationOptions options;
-  std::optional<std::uint64_t> seed;          // none: a fresh one per request
+  std::optional<std::uint64_t> seed;  // none: a fresh one per request
   bool logprobs = false;
   int top_logprobs = 0;
-  std::vector<DialogAnswer> answers;          // chat: the dialog's answers, as read
+  std::vector<DialogAnswer> answers;  // chat: the dialog's answers, as read
   std::size_t choices() const { return prompts.size() * static_cast<std::size_t>(n); }
 };
 
@@ -113,8 +118,10 @@ inline std::int64_t integer(const json& body, const char* name, std::int64_t fal
     throw ApiError(400, quoted(name) + " is " + dump(*v) + ", at most " + std::to_string(hi), name);
   const auto x = v->get<std::int64_t>();
   if (x < lo || x > hi)
-    throw ApiError(400, quoted(name) + " is " + std::to_string(x) + ", it must be between " + std::to_string(lo) +
-                            " and " + std::to_string(hi), name);
+    throw ApiError(
+        400,
+        quoted(name) + " is " + std::to_string(x) + ", it must be between " + std::to_string(lo) + " and " + std::to_string(hi),
+        name);
   return x;
 }
 inline bool boolean(const json& body, const char* name, bool fallback) {
@@ -126,8 +133,8 @@ inline bool boolean(const json& body, const char* name, bool fallback) {
 
 // Fields that would change the output, which we do not do: refused, not ignored.
 inline void refuse_unsupported(const json& body, Endpoint ep) {
-  for (const char* name : {"tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "audio",
-                           "prediction", "web_search_options", "reasoning_effort"}) {
+  for (const char* name : {"tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "audio", "prediction",
+                           "web_search_options", "reasoning_effort"}) {
     const json* v = field(body, name);
     if (v && !(v->is_array() && v->empty()))
       throw ApiError(400, quoted(name) + " is not supported by this server (no tool calls, audio or predicted outputs)", name);
@@ -148,9 +155,11 @@ inline void refuse_unsupported(const json& body, Endpoint ep) {
 
 inline void check_prompt_bytes(std::size_t bytes, const Limits& lim, const char* name) {
   if (lim.max_prompt_bytes > 0 && bytes > lim.max_prompt_bytes)
-    throw ApiError(400, quoted(name) + " is " + std::to_string(bytes) + " bytes; a prompt of more than " +
-                            std::to_string(lim.max_prompt_bytes) + " bytes cannot fit the context of " +
-                            std::to_string(lim.context) + " tokens", name);
+    throw ApiError(400,
+                   quoted(name) + " is " + std::to_string(bytes) + " bytes; a prompt of more than " +
+                       std::to_string(lim.max_prompt_bytes) + " bytes cannot fit the context of " + std::to_string(lim.context) +
+                       " tokens",
+                   name);
 }
 
 inline std::vector<TokenId> token_array(const json& a, const Limits& lim, const char* name) {
@@ -159,7 +168,8 @@ inline std::vector<TokenId> token_array(const json& a, const Limits& lim, const 
   ids.reserve(a.size());
   for (const json& t : a) {
     if (!t.is_number_integer() || t.get<std::int64_t>() < 0 || t.get<std::int64_t>() >= lim.vocab)
-      throw ApiError(400, quoted(name) + " holds " + dump(t) + ", not a token id in [0, " + std::to_string(lim.vocab) + ")", name);
+      throw ApiError(400, quoted(name) + " holds " + dump(t) + ", not a token id in [0, " + std::to_string(lim.vocab) + ")",
+                     name);
     ids.push_back(static_cast<TokenId>(t.get<std::int64_t>()));
   }
   return ids;
@@ -179,12 +189,16 @@ inline std::vector<std::vector<TokenId>> prompts(const json& body, const Tokeniz
     throw ApiError(400, "'prompt' must be a string, or a non-empty array of strings or of token ids", "prompt");
   if ((*p)[0].is_number()) return {token_array(*p, lim, "prompt")};
   if (p->size() > lim.max_prompts)
-    throw ApiError(400, "'prompt' holds " + std::to_string(p->size()) + " prompts, at most " + std::to_string(lim.max_prompts), "prompt");
+    throw ApiError(400, "'prompt' holds " + std::to_string(p->size()) + " prompts, at most " + std::to_string(lim.max_prompts),
+                   "prompt");
   std::vector<std::vector<TokenId>> out;
   for (const json& e : *p) {
-    if (e.is_string()) out.push_back(text(e));
-    else if (e.is_array()) out.push_back(token_array(e, lim, "prompt"));
-    else throw ApiError(400, "'prompt' must hold only strings or only arrays of token ids", "prompt");
+    if (e.is_string())
+      out.push_back(text(e));
+    else if (e.is_array())
+      out.push_back(token_array(e, lim, "prompt"));
+    else
+      throw ApiError(400, "'prompt' must hold only strings or only arrays of token ids", "prompt");
   }
   return out;
 }
@@ -205,9 +219,11 @@ inline std::string content(const json& m, std::size_t i, bool assistant) {
     const json* type = part.is_object() ? field(part, "type") : nullptr;
     const json* t = part.is_object() ? field(part, "text") : nullptr;
     if (!type || *type != "text" || !t || !t->is_string())
-      throw ApiError(400, "'" + where + "[" + std::to_string(k) + "]' is " +
-                              (type && type->is_string() ? "a part of type '" + type->get<std::string>() + "'" : "not a text part") +
-                              "; only {\"type\": \"text\", \"text\": ...} parts are supported", where);
+      throw ApiError(400,
+                     "'" + where + "[" + std::to_string(k) + "]' is " +
+                         (type && type->is_string() ? "a part of type '" + type->get<std::string>() + "'" : "not a text part") +
+                         "; only {\"type\": \"text\", \"text\": ...} parts are supported",
+                     where);
     if (!out.empty()) out += "\n";
     out += t->get<std::string>();
   }
@@ -227,12 +243,17 @@ inline std::vector<ChatMessage> messages(const json& body, const Limits& lim) {
     if (!role || !role->is_string()) throw ApiError(400, "'" + where + ".role' is required", where + ".role");
     const std::string r = role->get<std::string>();
     ChatMessage::Role kind;
-    if (r == "system" || r == "developer") kind = ChatMessage::Role::System;  // developer: OpenAI's newer name
-    else if (r == "user") kind = ChatMessage::Role::User;
-    else if (r == "assistant") kind = ChatMessage::Role::Assistant;
+    if (r == "system" || r == "developer")
+      kind = ChatMessage::Role::System;  // developer: OpenAI's newer name
+    else if (r == "user")
+      kind = ChatMessage::Role::User;
+    else if (r == "assistant")
+      kind = ChatMessage::Role::Assistant;
     else
-      throw ApiError(400, "'" + where + ".role' is '" + r + "'; the roles are system (or developer), user and assistant" +
-                              (r == "tool" || r == "function" ? " (no tool calls)" : ""), where + ".role");
+      throw ApiError(400,
+                     "'" + where + ".role' is '" + r + "'; the roles are system (or developer), user and assistant" +
+                         (r == "tool" || r == "function" ? " (no tool calls)" : ""),
+                     where + ".role");
     if (kind == ChatMessage::Role::Assistant && field(m, "tool_calls"))
       throw ApiError(400, "'" + where + ".tool_calls' is not supported", where + ".tool_calls");
     out.push_back({kind, content(m, i, kind == ChatMessage::Role::Assistant)});
@@ -250,10 +271,14 @@ inline std::vector<std::string> stop_strings(const json& body) {
     if (!v.is_string() || v.get<std::string>().empty()) throw ApiError(400, "'stop' must hold non-empty strings", "stop");
     out.push_back(v.get<std::string>());
   };
-  if (s->is_string()) add(*s);
-  else if (s->is_array()) for (const json& v : *s) add(v);
-  else throw ApiError(400, "'stop' must be a string or an array of up to 4 strings", "stop");
-  if (out.size() > StopStrings::kMaxStrings) throw ApiError(400, "'stop' holds " + std::to_string(out.size()) + " strings, at most 4", "stop");
+  if (s->is_string())
+    add(*s);
+  else if (s->is_array())
+    for (const json& v : *s) add(v);
+  else
+    throw ApiError(400, "'stop' must be a string or an array of up to 4 strings", "stop");
+  if (out.size() > StopStrings::kMaxStrings)
+    throw ApiError(400, "'stop' holds " + std::to_string(out.size()) + " strings, at most 4", "stop");
   return out;
 }
 
@@ -267,8 +292,7 @@ inline std::vector<std::pair<TokenId, float>> logit_bias(const json& body, int v
     long id = -1;
     try {
       id = std::stol(key, &used);
-    } catch (const std::exception&) {
-    }
+    } catch (const std::exception&) {}
     if (used != key.size() || id < 0 || id >= vocab)
       throw ApiError(400, "'logit_bias' names '" + key + "', not a token id in [0, " + std::to_string(vocab) + ")", "logit_bias");
     if (!value.is_number() || !(value.get<double>() >= -100 && value.get<double>() <= 100))
@@ -306,8 +330,8 @@ inline Request parse_request(const json& body, Endpoint ep, const Tokenizer& tok
   g.sampling.frequency_penalty = static_cast<float>(number(body, "frequency_penalty", 0.0, -2.0, 2.0));
   g.sampling.logit_bias = logit_bias(body, lim.vocab);
   if (field(body, "seed"))
-    r.seed = static_cast<std::uint64_t>(integer(body, "seed", 0, std::numeric_limits<std::int64_t>::min(),
-                                                std::numeric_limits<std::int64_t>::max()));
+    r.seed = static_cast<std::uint64_t>(
+        integer(body, "seed", 0, std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max()));
   g.stop_at_eos = !boolean(body, "ignore_eos", false);
   g.stop_strings = stop_strings(body);
   r.n = static_cast<int>(integer(body, "n", 1, 1, lim.max_n));
@@ -322,8 +346,7 @@ inline Request parse_request(const json& body, Endpoint ep, const Tokenizer& tok
   } else {
     r.logprobs = boolean(body, "logprobs", false);
     r.top_logprobs = static_cast<int>(integer(body, "top_logprobs", 0, 0, 20));
-    if (r.top_logprobs > 0 && !r.logprobs)
-      throw ApiError(400, "'top_logprobs' needs 'logprobs': true", "top_logprobs");
+    if (r.top_logprobs > 0 && !r.logprobs) throw ApiError(400, "'top_logprobs' needs 'logprobs': true", "top_logprobs");
     g.continue_text = false;  // the answer is a text of its own
     const auto msgs = messages(body, lim);
     try {
@@ -339,8 +362,9 @@ inline Request parse_request(const json& body, Endpoint ep, const Tokenizer& tok
     throw ApiError(400, "the request asks for " + std::to_string(r.choices()) + " choices", "n");
   for (const auto& p : r.prompts)
     if (lim.context > 0 && static_cast<std::int64_t>(p.size()) >= lim.context)
-      throw ApiError(400, "the prompt has " + std::to_string(p.size()) + " tokens; the context holds " +
-                              std::to_string(lim.context) + " (one more is needed for the answer)",
+      throw ApiError(400,
+                     "the prompt has " + std::to_string(p.size()) + " tokens; the context holds " + std::to_string(lim.context) +
+                         " (one more is needed for the answer)",
                      ep == Endpoint::Chat ? "messages" : "prompt");
   try {
     g.sampling.validate();
@@ -356,11 +380,15 @@ inline const char* finish_reason(StopReason r) {
   switch (r) {
     case StopReason::EndOfSequence:
     case StopReason::StopToken:
-    case StopReason::StopString: return "stop";
+    case StopReason::StopString:
+      return "stop";
     case StopReason::MaxTokens:
-    case StopReason::CacheFull: return "length";
-    case StopReason::Cancelled: return "cancelled";  // the server stopped it (shutdown)
-    case StopReason::Error: return "error";
+    case StopReason::CacheFull:
+      return "length";
+    case StopReason::Cancelled:
+      return "cancelled";  // the server stopped it (shutdown)
+    case StopReason::Error:
+      return "error";
   }
   return "stop";
 }
@@ -374,13 +402,16 @@ inline std::string token_text(const Tokenizer& tok, TokenId id) {
       std::snprintf(buf, sizeof buf, "\\x%02x", tok.byte_value(id));
       return buf;
     }
-    case Tokenizer::Kind::Control: return tok.piece(id);
-    default: return tok.surface(id);
+    case Tokenizer::Kind::Control:
+      return tok.piece(id);
+    default:
+      return tok.surface(id);
   }
 }
 inline json token_bytes(const Tokenizer& tok, TokenId id) {
   json b = json::array();
-  if (tok.kind(id) == Tokenizer::Kind::Byte) b.push_back(tok.byte_value(id));
+  if (tok.kind(id) == Tokenizer::Kind::Byte)
+    b.push_back(tok.byte_value(id));
   else if (tok.kind(id) != Tokenizer::Kind::Control)
     for (unsigned char c : tok.surface(id)) b.push_back(c);
   return b;
@@ -393,7 +424,8 @@ inline json chat_logprobs(const Tokenizer& tok, std::span<const TokenLogprob> lp
     json top = json::array();
     for (const auto& [id, lp] : t.top)
       top.push_back({{"token", token_text(tok, id)}, {"logprob", lp}, {"bytes", token_bytes(tok, id)}});
-    content.push_back({{"token", token_text(tok, t.id)}, {"logprob", t.logprob}, {"bytes", token_bytes(tok, t.id)}, {"top_logprobs", top}});
+    content.push_back(
+        {{"token", token_text(tok, t.id)}, {"logprob", t.logprob}, {"bytes", token_bytes(tok, t.id)}, {"top_logprobs", top}});
   }
   return content;
 }
@@ -419,16 +451,22 @@ struct CompletionLogprobs {
 };
 
 inline json usage(std::size_t prompt, std::size_t completion, std::size_t cached) {
-  return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion},
+  return {{"prompt_tokens", prompt},
+          {"completion_tokens", completion},
+          {"total_tokens", prompt + completion},
           {"prompt_tokens_details", {{"cached_tokens", cached}}}};
 }
 
 // llama.cpp's `timings`, and the time to first token.
 inline json timings(const GenerationResult& r) {
   const double prompt_ms = 1e3 * r.prefill_s, predicted_ms = 1e3 * r.decode_s;
-  return {{"cached_n", r.cached_tokens}, {"prompt_n", r.prefilled_tokens()}, {"prompt_ms", prompt_ms},
-          {"prompt_per_second", r.prefill_tokens_per_s()}, {"predicted_n", r.tokens.size()},
-          {"predicted_ms", predicted_ms}, {"predicted_per_second", r.tokens_per_s()},
+  return {{"cached_n", r.cached_tokens},
+          {"prompt_n", r.prefilled_tokens()},
+          {"prompt_ms", prompt_ms},
+          {"prompt_per_second", r.prefill_tokens_per_s()},
+          {"predicted_n", r.tokens.size()},
+          {"predicted_ms", predicted_ms},
+          {"predicted_per_second", r.tokens_per_s()},
           {"ttft_ms", 1e3 * r.time_to_first_token_s}};
 }
 
@@ -439,13 +477,22 @@ struct Envelope {
   Endpoint endpoint = Endpoint::Completions;
 
   json chunk(json choice) const {
-    return {{"id", id}, {"object", endpoint == Endpoint::Chat ? "chat.completion.chunk" : "text_completion"},
-            {"created", created}, {"model", model}, {"system_fingerprint", "streamllm"}, {"choices", json::array({std::move(choice)})}};
+    return {{"id", id},
+            {"object", endpoint == Endpoint::Chat ? "chat.completion.chunk" : "text_completion"},
+            {"created", created},
+            {"model", model},
+            {"system_fingerprint", "streamllm"},
+            {"choices", json::array({std::move(choice)})}};
   }
   json whole(json choices, json usage_json, json timings_json) const {
-    return {{"id", id}, {"object", endpoint == Endpoint::Chat ? "chat.completion" : "text_completion"},
-            {"created", created}, {"model", model}, {"system_fingerprint", "streamllm"}, {"choices", std::move(choices)},
-            {"usage", std::move(usage_json)}, {"timings", std::move(timings_json)}};
+    return {{"id", id},
+            {"object", endpoint == Endpoint::Chat ? "chat.completion" : "text_completion"},
+            {"created", created},
+            {"model", model},
+            {"system_fingerprint", "streamllm"},
+            {"choices", std::move(choices)},
+            {"usage", std::move(usage_json)},
+            {"timings", std::move(timings_json)}};
   }
 };
 

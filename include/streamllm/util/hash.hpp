@@ -31,7 +31,9 @@ class Hash64 {
   }
   Hash64& update(std::string_view s) { return update(s.data(), s.size()); }
   template <class T>
-  Hash64& value(const T& v) { return update(&v, sizeof v); }
+  Hash64& value(const T& v) {
+    return update(&v, sizeof v);
+  }
 
   std::uint64_t digest() const {
     Hash64 h = *this;
