@@ -35,9 +35,9 @@ struct GemmF32 {
   static constexpr std::size_t kRows = kLanes >= 16 ? 12 : 6;
   // Slices of 2048 columns: TinyLlama's rows of 2048 whole, so a block of
   // rows is one run of memory, which the prefetchers follow as one stream,
-  // not one stream per row: short prefills are faster, long ones level. The weight block (kMc x kKc
-  // floats, 384 KB) stays in L2 on the CPUs that take these tiles (AVX2 and
-  // portable builds; AVX-512 has its own).
+  // not one stream per row: short prefills are faster, long ones level.
+  // The weight block (kMc x kKc floats, 384 KB) stays in L2 on the CPUs
+  // that take these tiles (AVX2 and portable builds; AVX-512 has its own).
   static constexpr std::size_t kKc = 2048;
   static constexpr std::size_t kMc = 8 * kRows;
 

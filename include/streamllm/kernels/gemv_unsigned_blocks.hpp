@@ -8,8 +8,8 @@
 // not a multiple of 256 holds Q5_0), and dequantised to f32 their decode ran
 // at a seventh of llama.cpp's speed (docs/kernel-measurements.md).
 // Prefill takes the int8 tiles (gemm_int8.hpp, gemm_int8_avx2.hpp: Q5_0
-// unpacked as q - 16, Q4_1 and Q5_1 with m as Q4_K's min). The AVX2 kernels are the Row
-// policies of x86_avx2.hpp (Q5_0Row, Q4_1Row, Q5_1Row).
+// unpacked as q - 16, Q4_1 and Q5_1 with m as Q4_K's min). The AVX2 kernels
+// are the Row policies of x86_avx2.hpp (Q5_0Row, Q4_1Row, Q5_1Row).
 #pragma once
 
 #include <cstddef>

@@ -327,8 +327,9 @@ STREAMLLM_AVX2 inline void gemv_int8_rows(std::size_t r0, std::size_t r1, const 
 // float work - convert, times d x the eight activation scales, add - is one
 // vector per super-block and token instead of one per block. Q4_K's nibbles
 // are unsigned (0..15; Q5_K's quants 0..31 likewise); its mins, dmin m dx x
-// the activation block's sum, are one more vector. Q6_K's quants minus 32 take vpmaddubsw's sign trick, as
-// Q8_0 does; a vector spans two sub-blocks of 16, whose scales fill its halves.
+// the activation block's sum, are one more vector. Q6_K's quants minus 32
+// take vpmaddubsw's sign trick, as Q8_0 does; a vector spans two sub-blocks
+// of 16, whose scales fill its halves.
 // Scaling per block instead, and unpacking the scales one by one, were both
 // slower.
 
