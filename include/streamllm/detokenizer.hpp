@@ -65,13 +65,9 @@ class StreamingDetokenizer {
   void append_piece(TokenId id) {
     bos_ws_seen_ = false;
     switch (tok_->kind(id)) {
-      case Tokenizer::Kind::Control:
-        return;
-      case Tokenizer::Kind::Unknown:
-        out_ += tok_->surface(id);
-        return;
-      default:
-        break;
+      case Tokenizer::Kind::Control: return;
+      case Tokenizer::Kind::Unknown: out_ += tok_->surface(id); return;
+      default: break;
     }
     const std::string& s = tok_->surface(id);
     if (is_bos_ws_ && tok_->strips_first_space() && tok_->starts_with_space_symbol(id)) {
@@ -97,19 +93,11 @@ class StreamingDetokenizer {
   static bool valid_sequence(const unsigned char* s, std::size_t len) {
     std::uint32_t cp = 0;
     switch (len) {
-      case 1:
-        return true;
-      case 2:
-        cp = (s[0] & 0x1Fu) << 6 | (s[1] & 0x3Fu);
-        return cp >= 0x80;
-      case 3:
-        cp = (s[0] & 0x0Fu) << 12 | (s[1] & 0x3Fu) << 6 | (s[2] & 0x3Fu);
-        break;
-      case 4:
-        cp = (s[0] & 0x07u) << 18 | (s[1] & 0x3Fu) << 12 | (s[2] & 0x3Fu) << 6 | (s[3] & 0x3Fu);
-        break;
-      default:
-        return false;
+      case 1: return true;
+      case 2: cp = (s[0] & 0x1Fu) << 6 | (s[1] & 0x3Fu); return cp >= 0x80;
+      case 3: cp = (s[0] & 0x0Fu) << 12 | (s[1] & 0x3Fu) << 6 | (s[2] & 0x3Fu); break;
+      case 4: cp = (s[0] & 0x07u) << 18 | (s[1] & 0x3Fu) << 12 | (s[2] & 0x3Fu) << 6 | (s[3] & 0x3Fu); break;
+      default: return false;
     }
     const bool codepoint = cp < 0xD800 || (cp >= 0xE000 && cp <= 0x10FFFF);
     return codepoint && cp >= (len == 3 ? 0x800u : 0x10000u);

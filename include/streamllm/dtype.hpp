@@ -39,32 +39,19 @@ struct DTypeTraits {
 
 constexpr DTypeTraits traits(DType t) {
   switch (t) {
-    case DType::F32:
-      return {"F32", 1, 4};
-    case DType::F16:
-      return {"F16", 1, 2};
-    case DType::BF16:
-      return {"BF16", 1, 2};
-    case DType::Q8_0:
-      return {"Q8_0", 32, 34};
-    case DType::Q4_0:
-      return {"Q4_0", 32, 18};
-    case DType::Q4_1:
-      return {"Q4_1", 32, 20};
-    case DType::Q5_0:
-      return {"Q5_0", 32, 22};
-    case DType::Q5_1:
-      return {"Q5_1", 32, 24};
-    case DType::Q4_K:
-      return {"Q4_K", 256, 144};
-    case DType::Q5_K:
-      return {"Q5_K", 256, 176};
-    case DType::Q6_K:
-      return {"Q6_K", 256, 210};
-    case DType::Q8_0x16:
-      return {"Q8_0x16", 32, 34};
-    case DType::Q4_0x16:
-      return {"Q4_0x16", 32, 18};
+    case DType::F32: return {"F32", 1, 4};
+    case DType::F16: return {"F16", 1, 2};
+    case DType::BF16: return {"BF16", 1, 2};
+    case DType::Q8_0: return {"Q8_0", 32, 34};
+    case DType::Q4_0: return {"Q4_0", 32, 18};
+    case DType::Q4_1: return {"Q4_1", 32, 20};
+    case DType::Q5_0: return {"Q5_0", 32, 22};
+    case DType::Q5_1: return {"Q5_1", 32, 24};
+    case DType::Q4_K: return {"Q4_K", 256, 144};
+    case DType::Q5_K: return {"Q5_K", 256, 176};
+    case DType::Q6_K: return {"Q6_K", 256, 210};
+    case DType::Q8_0x16: return {"Q8_0x16", 32, 34};
+    case DType::Q4_0x16: return {"Q4_0x16", 32, 18};
   }
   return {"?", 0, 0};
 }
@@ -81,11 +68,9 @@ constexpr bool is_known_dtype(std::uint32_t id) {
     case DType::Q5_1:
     case DType::Q4_K:
     case DType::Q5_K:
-    case DType::Q6_K:
-      return true;
+    case DType::Q6_K: return true;
     case DType::Q8_0x16:
-    case DType::Q4_0x16:
-      return false;  // not a file's type
+    case DType::Q4_0x16: return false;  // not a file's type
   }
   return false;
 }

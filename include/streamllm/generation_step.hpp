@@ -38,20 +38,13 @@ enum class StopReason {
 
 inline const char* to_string(StopReason r) {
   switch (r) {
-    case StopReason::EndOfSequence:
-      return "end of sequence";
-    case StopReason::StopToken:
-      return "stop token";
-    case StopReason::StopString:
-      return "stop string";
-    case StopReason::MaxTokens:
-      return "token limit";
-    case StopReason::CacheFull:
-      return "cache full";
-    case StopReason::Cancelled:
-      return "cancelled";
-    case StopReason::Error:
-      return "error";
+    case StopReason::EndOfSequence: return "end of sequence";
+    case StopReason::StopToken: return "stop token";
+    case StopReason::StopString: return "stop string";
+    case StopReason::MaxTokens: return "token limit";
+    case StopReason::CacheFull: return "cache full";
+    case StopReason::Cancelled: return "cancelled";
+    case StopReason::Error: return "error";
   }
   return "?";
 }

@@ -48,21 +48,16 @@ inline std::size_t gguf_scalar_size(GgufType t) {
   switch (t) {
     case GgufType::U8:
     case GgufType::I8:
-    case GgufType::Bool:
-      return 1;
+    case GgufType::Bool: return 1;
     case GgufType::U16:
-    case GgufType::I16:
-      return 2;
+    case GgufType::I16: return 2;
     case GgufType::U32:
     case GgufType::I32:
-    case GgufType::F32:
-      return 4;
+    case GgufType::F32: return 4;
     case GgufType::U64:
     case GgufType::I64:
-    case GgufType::F64:
-      return 8;
-    default:
-      return 0;
+    case GgufType::F64: return 8;
+    default: return 0;
   }
 }
 
@@ -92,30 +87,18 @@ struct GgufValue {
       return v;
     };
     switch (elem) {
-      case GgufType::U8:
-        return get(std::uint8_t{});
-      case GgufType::I8:
-        return get(std::int8_t{});
-      case GgufType::U16:
-        return get(std::uint16_t{});
-      case GgufType::I16:
-        return get(std::int16_t{});
-      case GgufType::U32:
-        return get(std::uint32_t{});
-      case GgufType::I32:
-        return get(std::int32_t{});
-      case GgufType::F32:
-        return get(float{});
-      case GgufType::Bool:
-        return get(std::uint8_t{});
-      case GgufType::U64:
-        return static_cast<double>(get(std::uint64_t{}));
-      case GgufType::I64:
-        return static_cast<double>(get(std::int64_t{}));
-      case GgufType::F64:
-        return get(double{});
-      default:
-        return 0;
+      case GgufType::U8: return get(std::uint8_t{});
+      case GgufType::I8: return get(std::int8_t{});
+      case GgufType::U16: return get(std::uint16_t{});
+      case GgufType::I16: return get(std::int16_t{});
+      case GgufType::U32: return get(std::uint32_t{});
+      case GgufType::I32: return get(std::int32_t{});
+      case GgufType::F32: return get(float{});
+      case GgufType::Bool: return get(std::uint8_t{});
+      case GgufType::U64: return static_cast<double>(get(std::uint64_t{}));
+      case GgufType::I64: return static_cast<double>(get(std::int64_t{}));
+      case GgufType::F64: return get(double{});
+      default: return 0;
     }
   }
 };
@@ -319,15 +302,9 @@ class GgufFile {
         v.uinteger = c.read<std::uint8_t>(what) != 0;
         v.integer = static_cast<std::int64_t>(v.uinteger);
         break;
-      case GgufType::F32:
-        v.real = c.read<float>(what);
-        break;
-      case GgufType::F64:
-        v.real = c.read<double>(what);
-        break;
-      case GgufType::String:
-        v.string = c.string(what);
-        break;
+      case GgufType::F32: v.real = c.read<float>(what); break;
+      case GgufType::F64: v.real = c.read<double>(what); break;
+      case GgufType::String: v.string = c.string(what); break;
       case GgufType::Array: {
         if (depth > 3) fail("metadata '" + key + "' nests arrays more than 4 deep");
         v.elem = static_cast<GgufType>(c.read<std::uint32_t>("element type of '" + key + "'"));
@@ -355,8 +332,7 @@ class GgufFile {
         }
         break;
       }
-      default:
-        fail("metadata '" + key + "' has unknown value type " + std::to_string(static_cast<std::uint32_t>(type)));
+      default: fail("metadata '" + key + "' has unknown value type " + std::to_string(static_cast<std::uint32_t>(type)));
     }
     return v;
   }

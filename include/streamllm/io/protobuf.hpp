@@ -61,15 +61,9 @@ class ProtoReader {
     f.number = static_cast<int>(key >> 3);
     f.wire = static_cast<int>(key & 7);
     switch (f.wire) {
-      case 0:
-        f.value = varint();
-        break;
-      case 1:
-        f.value = fixed(8);
-        break;
-      case 5:
-        f.value = fixed(4);
-        break;
+      case 0: f.value = varint(); break;
+      case 1: f.value = fixed(8); break;
+      case 5: f.value = fixed(4); break;
       case 2: {
         const std::uint64_t len = varint();
         if (len > data_.size() - at_) fail("a field is longer than its message");
@@ -77,8 +71,7 @@ class ProtoReader {
         at_ += static_cast<std::size_t>(len);
         break;
       }
-      default:
-        fail("unsupported protobuf wire type " + std::to_string(f.wire));
+      default: fail("unsupported protobuf wire type " + std::to_string(f.wire));
     }
     return true;
   }

@@ -332,17 +332,10 @@ struct Int8Rows {
       const std::byte* src = w->row(static_cast<std::int64_t>(r0 + i)) + row_bytes(type, static_cast<std::int64_t>(k0));
       std::byte* mins = o + Format::mins_at(kc);
       switch (type) {
-        case DType::Q5_0:
-          unpack_unsigned_blocks<avx2::Q5_0Row>(src, nb, q, scales, corrections, mins);
-          continue;
-        case DType::Q4_1:
-          unpack_unsigned_blocks<avx2::Q4_1Row>(src, nb, q, scales, corrections, mins);
-          continue;
-        case DType::Q5_1:
-          unpack_unsigned_blocks<avx2::Q5_1Row>(src, nb, q, scales, corrections, mins);
-          continue;
-        default:
-          break;
+        case DType::Q5_0: unpack_unsigned_blocks<avx2::Q5_0Row>(src, nb, q, scales, corrections, mins); continue;
+        case DType::Q4_1: unpack_unsigned_blocks<avx2::Q4_1Row>(src, nb, q, scales, corrections, mins); continue;
+        case DType::Q5_1: unpack_unsigned_blocks<avx2::Q5_1Row>(src, nb, q, scales, corrections, mins); continue;
+        default: break;
       }
       if (type == DType::Q4_K) {
         for (std::size_t s = 0; s < kc / 256; ++s)

@@ -233,20 +233,11 @@ struct Int8Rows {
       prefetch_next_slice(*w, r0 + i, rows, k0 + kc, kc);
       std::byte* mins = o + Format::mins_at(kc);
       switch (type) {
-        case DType::Q4_0:
-          unpack_unsigned_blocks<Q4_0Row>(src, nb, q, scales, mins);
-          continue;
-        case DType::Q5_0:
-          unpack_unsigned_blocks<Q5_0Row>(src, nb, q, scales, mins);
-          continue;
-        case DType::Q4_1:
-          unpack_unsigned_blocks<Q4_1Row>(src, nb, q, scales, mins);
-          continue;
-        case DType::Q5_1:
-          unpack_unsigned_blocks<Q5_1Row>(src, nb, q, scales, mins);
-          continue;
-        default:
-          break;
+        case DType::Q4_0: unpack_unsigned_blocks<Q4_0Row>(src, nb, q, scales, mins); continue;
+        case DType::Q5_0: unpack_unsigned_blocks<Q5_0Row>(src, nb, q, scales, mins); continue;
+        case DType::Q4_1: unpack_unsigned_blocks<Q4_1Row>(src, nb, q, scales, mins); continue;
+        case DType::Q5_1: unpack_unsigned_blocks<Q5_1Row>(src, nb, q, scales, mins); continue;
+        default: break;
       }
       for (std::size_t sb = 0; sb < kc / 256; ++sb) {
         __m256i u[8];

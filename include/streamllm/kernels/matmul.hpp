@@ -36,6 +36,7 @@
 #include <cstddef>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "streamllm/error.hpp"
@@ -49,6 +50,7 @@
 #include "streamllm/kernels/gemv_unsigned_blocks.hpp"
 #include "streamllm/kernels/prefetch_rows.hpp"
 #include "streamllm/kernels/threading.hpp"
+#include "streamllm/kernels/token_count.hpp"
 #include "streamllm/kernels/x86_avx2.hpp"
 #include "streamllm/kernels/x86_avx512.hpp"
 #include "streamllm/quant/blocks.hpp"
@@ -113,17 +115,13 @@ inline std::size_t gemv_token_limit(const TensorView& w, Isa isa) {
   if (isa != Isa::Avx512Bf16Vnni) return kMaxGemvTokens;
   switch (w.type) {
     case DType::F32:
-    case DType::F16:
-      return kMaxFloatGemvTokens;
-    case DType::BF16:
-      return bf16_tiles() ? kMaxBf16GemvTokens : kMaxFloatGemvTokens;
+    case DType::F16: return kMaxFloatGemvTokens;
+    case DType::BF16: return bf16_tiles() ? kMaxBf16GemvTokens : kMaxFloatGemvTokens;
     case DType::Q8_0:
     case DType::Q4_0:
     case DType::Q8_0x16:
-    case DType::Q4_0x16:
-      return kMaxInt8GemvTokens;
-    default:
-      return kMaxGemvTokens;
+    case DType::Q4_0x16: return kMaxInt8GemvTokens;
+    default: return kMaxGemvTokens;
   }
 }
 
@@ -145,20 +143,7 @@ inline std::size_t gemv_chunk_rows(std::size_t row_bytes, std::size_t rows, std:
 // Calls f.template operator()<NT>() for NT = n (1..kMaxGemvTokens).
 template <class F>
 inline void with_token_count(std::size_t n, F&& f) {
-  switch (n) {
-    case 1:
-      f.template operator()<1>();
-      break;
-    case 2:
-      f.template operator()<2>();
-      break;
-    case 3:
-      f.template operator()<3>();
-      break;
-    default:
-      f.template operator()<4>();
-      break;
-  }
+  with_count<static_cast<int>(kMaxGemvTokens)>(n, std::forward<F>(f));
 }
 
 // Any n tokens in passes of up to kMaxGemvTokens: f.template
@@ -194,14 +179,10 @@ inline const QuantizedActivations* int8_activations(DType type, const float* x, 
 [[gnu::noinline]] inline void gemv_int8_rows(DType type, std::size_t r0, std::size_t r1, const std::byte* w, std::size_t stride,
                                              const QuantizedActivations* xa, std::size_t n, float* y, std::size_t ldy) {
   switch (type) {
-    case DType::Q8_0:
-      return avx512::gemv_int8_rows<avx512::Q8_0Row>(r0, r1, w, stride, xa, n, y, ldy);
-    case DType::Q4_0:
-      return avx512::gemv_int8_rows<avx512::Q4_0Row>(r0, r1, w, stride, xa, n, y, ldy);
-    case DType::Q8_0x16:
-      return avx512::gemv_int8_rows<avx512::Q8_0x16Row>(r0, r1, w, stride, xa, n, y, ldy);
-    default:
-      return avx512::gemv_int8_rows<avx512::Q4_0x16Row>(r0, r1, w, stride, xa, n, y, ldy);
+    case DType::Q8_0: return avx512::gemv_int8_rows<avx512::Q8_0Row>(r0, r1, w, stride, xa, n, y, ldy);
+    case DType::Q4_0: return avx512::gemv_int8_rows<avx512::Q4_0Row>(r0, r1, w, stride, xa, n, y, ldy);
+    case DType::Q8_0x16: return avx512::gemv_int8_rows<avx512::Q8_0x16Row>(r0, r1, w, stride, xa, n, y, ldy);
+    default: return avx512::gemv_int8_rows<avx512::Q4_0x16Row>(r0, r1, w, stride, xa, n, y, ldy);
   }
 }
 #endif
@@ -267,16 +248,11 @@ inline const QuantizedActivations* decode_activations([[maybe_unused]] DType t, 
     float* yt = y + t0 * ldy;
     if (is_kquant(w.type)) return avx2::gemv_kquant_rows<NT>(w.type, r0, r1, w.data, stride, xs, yt, ldy);
     switch (w.type) {
-      case DType::Q8_0:
-        return avx2::gemv_int8_rows<avx2::Q8_0Row, NT>(r0, r1, w.data, stride, xs, yt, ldy);
-      case DType::Q5_0:
-        return avx2::gemv_int8_rows<avx2::Q5_0Row, NT>(r0, r1, w.data, stride, xs, yt, ldy);
-      case DType::Q4_1:
-        return avx2::gemv_int8_rows<avx2::Q4_1Row, NT>(r0, r1, w.data, stride, xs, yt, ldy);
-      case DType::Q5_1:
-        return avx2::gemv_int8_rows<avx2::Q5_1Row, NT>(r0, r1, w.data, stride, xs, yt, ldy);
-      default:
-        return avx2::gemv_int8_rows<avx2::Q4_0Row, NT>(r0, r1, w.data, stride, xs, yt, ldy);
+      case DType::Q8_0: return avx2::gemv_int8_rows<avx2::Q8_0Row, NT>(r0, r1, w.data, stride, xs, yt, ldy);
+      case DType::Q5_0: return avx2::gemv_int8_rows<avx2::Q5_0Row, NT>(r0, r1, w.data, stride, xs, yt, ldy);
+      case DType::Q4_1: return avx2::gemv_int8_rows<avx2::Q4_1Row, NT>(r0, r1, w.data, stride, xs, yt, ldy);
+      case DType::Q5_1: return avx2::gemv_int8_rows<avx2::Q5_1Row, NT>(r0, r1, w.data, stride, xs, yt, ldy);
+      default: return avx2::gemv_int8_rows<avx2::Q4_0Row, NT>(r0, r1, w.data, stride, xs, yt, ldy);
     }
   });
 }
@@ -326,8 +302,7 @@ inline void gemv(const TensorView& w, const float* x, std::size_t n, std::size_t
             });
           }
         });
-      default:
-        break;
+      default: break;
     }
   }
 #endif
@@ -397,17 +372,12 @@ inline void gemm_int8_packed_avx2(const TensorView& w, const std::uint8_t* xp, s
   const auto m = static_cast<std::size_t>(w.rows), k = static_cast<std::size_t>(w.cols);
   switch (w.type) {
     case DType::Q4_K:
-    case DType::Q4_1:
-      return gemm_packed<GemmInt8<Int8Q4K, 8, 0>>(Int8Rows<Int8Q4K>{&w}, m, k, xp, n, y, ldy);
+    case DType::Q4_1: return gemm_packed<GemmInt8<Int8Q4K, 8, 0>>(Int8Rows<Int8Q4K>{&w}, m, k, xp, n, y, ldy);
     case DType::Q5_K:
-    case DType::Q5_1:
-      return gemm_packed<GemmInt8<Int8Q4K, 4, 0>>(Int8Rows<Int8Q4K>{&w}, m, k, xp, n, y, ldy);
-    case DType::Q6_K:
-      return gemm_packed<GemmInt8<Int8Q6K, 2, 32>>(Int8Rows<Int8Q6K>{&w}, m, k, xp, n, y, ldy);
-    case DType::Q5_0:
-      return gemm_packed<GemmInt8<Int8Blocks, 4, 16>>(Int8Rows<Int8Blocks>{&w}, m, k, xp, n, y, ldy);
-    default:
-      break;
+    case DType::Q5_1: return gemm_packed<GemmInt8<Int8Q4K, 4, 0>>(Int8Rows<Int8Q4K>{&w}, m, k, xp, n, y, ldy);
+    case DType::Q6_K: return gemm_packed<GemmInt8<Int8Q6K, 2, 32>>(Int8Rows<Int8Q6K>{&w}, m, k, xp, n, y, ldy);
+    case DType::Q5_0: return gemm_packed<GemmInt8<Int8Blocks, 4, 16>>(Int8Rows<Int8Blocks>{&w}, m, k, xp, n, y, ldy);
+    default: break;
   }
   gemm_packed<GemmInt8<Int8Blocks, 8, 8>>(Int8Rows<Int8Blocks>{&w}, m, k, xp, n, y, ldy);
 }

@@ -77,12 +77,8 @@ STREAMLLM_AVX2 inline void widen_row(const std::byte* src, std::size_t cols, flo
 
 STREAMLLM_AVX2 inline bool dequantize_row_f32(DType t, const std::byte* src, std::size_t cols, float* dst) {
   switch (t) {
-    case DType::F16:
-      widen_row<F16Row>(src, cols, dst);
-      return true;
-    case DType::BF16:
-      widen_row<BF16Row>(src, cols, dst);
-      return true;
+    case DType::F16: widen_row<F16Row>(src, cols, dst); return true;
+    case DType::BF16: widen_row<BF16Row>(src, cols, dst); return true;
     case DType::Q8_0: {
       const auto* blk = reinterpret_cast<const quant::BlockQ8_0*>(src);
       for (std::size_t b = 0; b < cols / 32; ++b) {
@@ -94,8 +90,7 @@ STREAMLLM_AVX2 inline bool dequantize_row_f32(DType t, const std::byte* src, std
       }
       return true;
     }
-    default:
-      return false;
+    default: return false;
   }
 }
 

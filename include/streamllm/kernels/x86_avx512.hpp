@@ -22,6 +22,7 @@
 #include "streamllm/kernels/activations_q8.hpp"
 #include "streamllm/kernels/avx512_warnings.hpp"
 #include "streamllm/kernels/gemm.hpp"
+#include "streamllm/kernels/token_count.hpp"
 #include "streamllm/quant/blocks.hpp"
 
 #define STREAMLLM_AVX512 \
@@ -589,35 +590,10 @@ STREAMLLM_AVX512 inline void gemv_int8_row_groups(const std::byte* w, std::size_
   }
 }
 
-// Calls f.template operator()<NT>() for NT = nt (1..8).
+// Calls f.template operator()<NT>() for NT = nt (1..8), in code compiled for AVX-512.
 template <class F>
 STREAMLLM_AVX512 inline void with_tokens8(std::size_t nt, F&& f) {
-  switch (nt) {
-    case 1:
-      f.template operator()<1>();
-      break;
-    case 2:
-      f.template operator()<2>();
-      break;
-    case 3:
-      f.template operator()<3>();
-      break;
-    case 4:
-      f.template operator()<4>();
-      break;
-    case 5:
-      f.template operator()<5>();
-      break;
-    case 6:
-      f.template operator()<6>();
-      break;
-    case 7:
-      f.template operator()<7>();
-      break;
-    default:
-      f.template operator()<8>();
-      break;
-  }
+  with_count<8>(nt, std::forward<F>(f));
 }
 
 // One token against rows [r0, r1) in groups of 16 blocks, read as kStream
@@ -927,14 +903,9 @@ STREAMLLM_AVX512 inline void bf16_to_f32_row(const std::uint16_t* src, std::size
 // BF16: the f32 tiles' rows); false for the others.
 STREAMLLM_AVX512 inline bool dequantize_row_f32(DType t, const std::byte* src, std::size_t cols, float* dst) {
   switch (t) {
-    case DType::F16:
-      f16_to_f32_row(reinterpret_cast<const std::uint16_t*>(src), cols, dst);
-      return true;
-    case DType::BF16:
-      bf16_to_f32_row(reinterpret_cast<const std::uint16_t*>(src), cols, dst);
-      return true;
-    default:
-      return false;
+    case DType::F16: f16_to_f32_row(reinterpret_cast<const std::uint16_t*>(src), cols, dst); return true;
+    case DType::BF16: bf16_to_f32_row(reinterpret_cast<const std::uint16_t*>(src), cols, dst); return true;
+    default: return false;
   }
 }
 

@@ -195,9 +195,7 @@ inline void dequantize_blocks(const std::byte* src, std::int64_t cols, float* y)
 // One row of `cols` elements of any type to f32.
 inline void dequantize_row(DType t, const std::byte* src, std::int64_t cols, float* y) {
   switch (t) {
-    case DType::F32:
-      std::memcpy(y, src, static_cast<std::size_t>(cols) * sizeof(float));
-      return;
+    case DType::F32: std::memcpy(y, src, static_cast<std::size_t>(cols) * sizeof(float)); return;
     case DType::F16:
       for (std::int64_t i = 0; i < cols; ++i) {
         std::uint16_t h;
@@ -212,22 +210,14 @@ inline void dequantize_row(DType t, const std::byte* src, std::int64_t cols, flo
         y[i] = bf16_to_f32(h);
       }
       return;
-    case DType::Q8_0:
-      return dequantize_blocks<BlockQ8_0, kQK>(src, cols, y);
-    case DType::Q4_0:
-      return dequantize_blocks<BlockQ4_0, kQK>(src, cols, y);
-    case DType::Q4_1:
-      return dequantize_blocks<BlockQ4_1, kQK>(src, cols, y);
-    case DType::Q5_0:
-      return dequantize_blocks<BlockQ5_0, kQK>(src, cols, y);
-    case DType::Q5_1:
-      return dequantize_blocks<BlockQ5_1, kQK>(src, cols, y);
-    case DType::Q4_K:
-      return dequantize_blocks<BlockQ4K, kQKK>(src, cols, y);
-    case DType::Q5_K:
-      return dequantize_blocks<BlockQ5K, kQKK>(src, cols, y);
-    case DType::Q6_K:
-      return dequantize_blocks<BlockQ6K, kQKK>(src, cols, y);
+    case DType::Q8_0: return dequantize_blocks<BlockQ8_0, kQK>(src, cols, y);
+    case DType::Q4_0: return dequantize_blocks<BlockQ4_0, kQK>(src, cols, y);
+    case DType::Q4_1: return dequantize_blocks<BlockQ4_1, kQK>(src, cols, y);
+    case DType::Q5_0: return dequantize_blocks<BlockQ5_0, kQK>(src, cols, y);
+    case DType::Q5_1: return dequantize_blocks<BlockQ5_1, kQK>(src, cols, y);
+    case DType::Q4_K: return dequantize_blocks<BlockQ4K, kQKK>(src, cols, y);
+    case DType::Q5_K: return dequantize_blocks<BlockQ5K, kQKK>(src, cols, y);
+    case DType::Q6_K: return dequantize_blocks<BlockQ6K, kQKK>(src, cols, y);
     case DType::Q8_0x16:
     case DType::Q4_0x16: {
       // A group at a time back to its blocks; the tail is blocks already.
@@ -456,9 +446,7 @@ inline void quantize_row(DType t, const float* x, std::int64_t cols, std::byte* 
       throw InputError("quantize to " + std::string(dtype_name(t)) + ": value " + std::to_string(x[i]) + " in column " +
                        std::to_string(i) + (std::isfinite(x[i]) ? " is beyond the type's range" : " is not finite"));
   switch (t) {
-    case DType::F32:
-      std::memcpy(dst, x, static_cast<std::size_t>(cols) * sizeof(float));
-      return;
+    case DType::F32: std::memcpy(dst, x, static_cast<std::size_t>(cols) * sizeof(float)); return;
     case DType::F16:
       for (std::int64_t i = 0; i < cols; ++i) {
         const std::uint16_t h = f32_to_f16(x[i]);
@@ -471,22 +459,14 @@ inline void quantize_row(DType t, const float* x, std::int64_t cols, std::byte* 
         std::memcpy(dst + 2 * i, &h, 2);
       }
       return;
-    case DType::Q8_0:
-      return quantize_blocks<BlockQ8_0, kQK>(x, cols, dst);
-    case DType::Q4_0:
-      return quantize_blocks<BlockQ4_0, kQK>(x, cols, dst);
-    case DType::Q4_1:
-      return quantize_blocks<BlockQ4_1, kQK>(x, cols, dst);
-    case DType::Q5_0:
-      return quantize_blocks<BlockQ5_0, kQK>(x, cols, dst);
-    case DType::Q5_1:
-      return quantize_blocks<BlockQ5_1, kQK>(x, cols, dst);
-    case DType::Q4_K:
-      return quantize_blocks<BlockQ4K, kQKK>(x, cols, dst);
-    case DType::Q5_K:
-      return quantize_blocks<BlockQ5K, kQKK>(x, cols, dst);
-    case DType::Q6_K:
-      return quantize_blocks<BlockQ6K, kQKK>(x, cols, dst);
+    case DType::Q8_0: return quantize_blocks<BlockQ8_0, kQK>(x, cols, dst);
+    case DType::Q4_0: return quantize_blocks<BlockQ4_0, kQK>(x, cols, dst);
+    case DType::Q4_1: return quantize_blocks<BlockQ4_1, kQK>(x, cols, dst);
+    case DType::Q5_0: return quantize_blocks<BlockQ5_0, kQK>(x, cols, dst);
+    case DType::Q5_1: return quantize_blocks<BlockQ5_1, kQK>(x, cols, dst);
+    case DType::Q4_K: return quantize_blocks<BlockQ4K, kQKK>(x, cols, dst);
+    case DType::Q5_K: return quantize_blocks<BlockQ5K, kQKK>(x, cols, dst);
+    case DType::Q6_K: return quantize_blocks<BlockQ6K, kQKK>(x, cols, dst);
     case DType::Q8_0x16:
     case DType::Q4_0x16: {
       std::vector<std::byte> blocks(static_cast<std::size_t>(row_bytes(t, cols)));

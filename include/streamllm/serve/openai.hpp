@@ -380,15 +380,11 @@ inline const char* finish_reason(StopReason r) {
   switch (r) {
     case StopReason::EndOfSequence:
     case StopReason::StopToken:
-    case StopReason::StopString:
-      return "stop";
+    case StopReason::StopString: return "stop";
     case StopReason::MaxTokens:
-    case StopReason::CacheFull:
-      return "length";
-    case StopReason::Cancelled:
-      return "cancelled";  // the server stopped it (shutdown)
-    case StopReason::Error:
-      return "error";
+    case StopReason::CacheFull: return "length";
+    case StopReason::Cancelled: return "cancelled";  // the server stopped it (shutdown)
+    case StopReason::Error: return "error";
   }
   return "stop";
 }
@@ -402,10 +398,8 @@ inline std::string token_text(const Tokenizer& tok, TokenId id) {
       std::snprintf(buf, sizeof buf, "\\x%02x", tok.byte_value(id));
       return buf;
     }
-    case Tokenizer::Kind::Control:
-      return tok.piece(id);
-    default:
-      return tok.surface(id);
+    case Tokenizer::Kind::Control: return tok.piece(id);
+    default: return tok.surface(id);
   }
 }
 inline json token_bytes(const Tokenizer& tok, TokenId id) {
