@@ -7,7 +7,7 @@
 #include <tuple>
 
 #include "bench_support.hpp"
-#include "streamllm/kernels/matmul.hpp"
+#include "streamllm/kernels/matmul/matmul.hpp"
 
 namespace {
 
@@ -85,9 +85,10 @@ void gemv_tokens(benchmark::State& state, DType t) {
   }
   const double iters = static_cast<double>(state.iterations());
   bench::report_read(state, static_cast<double>(m.view.bytes()) * iters, threads(state));
-  // BF16 rows for up to kMaxBf16GemvTokens tokens are widened to f32 (FMA); past
-  // that, and for every other type, the unit is the matrix-matrix kernel's.
-  const bool widened = t == DType::BF16 && n <= kernels::kMaxBf16GemvTokens;
+  // The decode kernel of float activations runs on the FMA units; past its
+  // tokens, and for the int8 ones, the unit is the matrix-matrix kernel's.
+  const kernels::MatmulKernel& row = kernels::matmul_kernel(t, kernels::active_isa());
+  const bool widened = n <= row.decode_tokens && row.activations == kernels::ActivationLayout::Float;
   bench::report_compute(state, "GOP/s", 2.0 * static_cast<double>(rows * n) * 2048 * iters,
                         widened ? bench::ComputeUnit::Fp32 : bench::compute_unit(t), threads(state));
 }

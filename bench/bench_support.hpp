@@ -15,15 +15,13 @@
 #include <string>
 #include <vector>
 
-#include "streamllm/io/convert.hpp"
+#include "data_dir.hpp"
+#include "streamllm/loaders/convert.hpp"
 #include "streamllm/streamllm.hpp"
 
 namespace bench {
 
-inline std::filesystem::path data_dir() {
-  if (const char* env = std::getenv("STREAMLLM_DATA_DIR"); env && *env) return env;
-  return STREAMLLM_DEFAULT_DATA_DIR;
-}
+using examples::data_dir;
 
 // STREAMLLM_BENCH_NO_MMAP=1: weights read into huge-page memory (compare
 // with llama-bench -mmp 0); otherwise mapped (llama-bench's default).
@@ -182,16 +180,15 @@ inline const MachineLimits& machine_limits() {
   return limits;
 }
 
-// The arithmetic unit a weight type's matrix-matrix kernel runs on: f32
-// tiles for F32 and F16, int8 tiles (vpdpbusd) for Q8_0, Q4_0 and the
-// K-quants, and for BF16 bf16 tiles (vdpbf16ps) where this CPU takes them,
-// f32 tiles where it does not (kernels::bf16_tiles()).
+// The arithmetic unit a weight type's matrix-matrix kernel runs on, as the
+// kernel table says for the active ISA: f32, bf16 (vdpbf16ps) or int8 tiles
+// (vpdpbusd; vpmaddubsw on AVX2).
 enum class ComputeUnit { Fp32, Bf16, Vnni };
 
 inline ComputeUnit compute_unit(streamllm::DType t) {
-  using streamllm::DType;
-  if (streamllm::kernels::has_int8_tiles(t)) return ComputeUnit::Vnni;
-  return t == DType::BF16 && streamllm::kernels::bf16_tiles() ? ComputeUnit::Bf16 : ComputeUnit::Fp32;
+  using streamllm::kernels::Tiles;
+  const Tiles tiles = streamllm::kernels::matmul_kernel(t, streamllm::kernels::active_isa()).tiles;
+  return tiles == Tiles::Int8 ? ComputeUnit::Vnni : tiles == Tiles::Bf16 ? ComputeUnit::Bf16 : ComputeUnit::Fp32;
 }
 
 // Peak operations per second (1e9) of `threads` threads; they scale linearly.

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "data_dir.hpp"
 #include "streamllm/streamllm.hpp"
 
 namespace test {
@@ -22,8 +23,7 @@ using Stories = streamllm::presets::Stories260K;
 // ../shared (or $STREAMLLM_DATA_DIR). A test that needs data fails, loudly,
 // when it is missing: a test that skips itself proves nothing.
 inline std::filesystem::path data_dir() {
-  const char* env = std::getenv("STREAMLLM_DATA_DIR");
-  std::filesystem::path dir = env && *env ? env : STREAMLLM_DEFAULT_DATA_DIR;
+  const std::filesystem::path dir = examples::data_dir();
   if (dir.empty() || !std::filesystem::exists(dir / "models"))
     FAIL(
         "test data not found: set STREAMLLM_DATA_DIR (or the CMake cache variable) to the folder "

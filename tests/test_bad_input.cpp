@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "common.hpp"
-#include "streamllm/io/convert.hpp"
+#include "streamllm/loaders/convert.hpp"
 
 using namespace streamllm;
 using test::scratch;

@@ -11,8 +11,8 @@
 #include <sstream>
 
 #include "common.hpp"
-#include "streamllm/io/convert.hpp"
-#include "streamllm/io/gguf_writer.hpp"
+#include "streamllm/loaders/convert.hpp"
+#include "streamllm/formats/gguf_writer.hpp"
 
 using namespace streamllm;
 using test::scratch;
@@ -214,10 +214,10 @@ TEST_CASE("a model interleaves its Q8_0 / Q4_0 matrices at load and computes wha
   for (const char* type : {"q8_0", "q4_0"}) {
     const auto path = (scratch() / (std::string("wide-") + type + ".gguf")).string();
     io::convert_llama2c_to_gguf(bin, test::model_path("tok512.model"), path, io::parse_recipe(type));
-    const bool saved = interleave_int8_at_load();
-    interleave_int8_at_load() = false;
+    const bool saved = kernels::repack_at_load();
+    kernels::repack_at_load() = false;
     auto blocks = load_llama<Wide>(path);
-    interleave_int8_at_load() = saved;
+    kernels::repack_at_load() = saved;
     auto model = load_llama<Wide>(path);
     const DType file_type = std::string(type) == "q8_0" ? DType::Q8_0 : DType::Q4_0;
     REQUIRE(blocks.weights().layers[0].w_down.type == file_type);

@@ -5,13 +5,13 @@
 
 #include "common.hpp"
 #include "streamllm/attention.hpp"
-#include "streamllm/kernels/axpy.hpp"
-#include "streamllm/kernels/dot.hpp"
-#include "streamllm/kernels/matmul.hpp"
-#include "streamllm/kernels/rmsnorm.hpp"
-#include "streamllm/kernels/rope.hpp"
-#include "streamllm/kernels/silu_gate.hpp"
-#include "streamllm/kernels/softmax.hpp"
+#include "streamllm/kernels/ops/axpy.hpp"
+#include "streamllm/kernels/ops/dot.hpp"
+#include "streamllm/kernels/matmul/matmul.hpp"
+#include "streamllm/kernels/ops/rmsnorm.hpp"
+#include "streamllm/kernels/ops/rope.hpp"
+#include "streamllm/kernels/ops/silu_gate.hpp"
+#include "streamllm/kernels/ops/softmax.hpp"
 
 namespace k = streamllm::kernels;
 

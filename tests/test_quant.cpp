@@ -9,7 +9,7 @@
 #include <random>
 
 #include "common.hpp"
-#include "streamllm/kernels/matmul.hpp"
+#include "streamllm/kernels/matmul/matmul.hpp"
 #include "streamllm/quant/blocks.hpp"
 
 using namespace streamllm;
@@ -37,11 +37,16 @@ struct Matrix {
   }
 };
 
-// Every type a file may hold, and the interleaved forms of the model's.
-const DType kFileTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
-                            DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
-const DType kTypes[] = {DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,    DType::Q5_0,
-                        DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0x16, DType::Q4_0x16};
+// Every type a file may hold but F32 (whose rows the quantisers do not
+// touch), and the repacked forms of the model's.
+const std::vector<DType> kTypes = [] {
+  std::vector<DType> v;
+  for (DType t : kFileTypes)
+    if (t != DType::F32) v.push_back(t);
+  v.push_back(DType::Q8_0x16);
+  v.push_back(DType::Q4_0x16);
+  return v;
+}();
 
 bool has_fast_path() { return k::can_run(k::Isa::Avx512Bf16Vnni); }
 bool has_avx2_path() { return k::can_run(k::Isa::Avx2); }
@@ -155,19 +160,14 @@ TEST_CASE("typed matrix kernels equal the exact product, on both paths and every
           const k::ScopedBf16Tiles forced(path.bf16_tiles);
           std::vector<float> got(n * ldy, 0.0f);
           k::matmul(m.view, x.data(), n, ldx, got.data(), ldy, isa);
-          // Tokens up to the limit go to the gemv, and past it the tiles
-          // take all but a short rest (gemv_tail), which goes to the gemv.
-          const std::size_t limit = k::gemv_token_limit(m.view, isa);
-          const std::size_t gemv_from = n <= limit ? 0 : n - k::gemv_tail(m.view, n, isa);
-          const bool int8_type = k::is_int8_blocks(t);
-          const bool kquant = is_kquant(t);
+          // Tokens up to the row's limit go to its decode kernel, and past it
+          // the tiles take all but a short rest, which goes to the decode kernel.
+          const k::MatmulKernel& row = k::matmul_kernel(t, isa);
+          const std::size_t decode_from = n <= row.decode_tokens ? 0 : n - row.decode_tail(n);
           for (std::size_t j = 0; j < n; ++j) {
-            const bool on_gemv = j >= gemv_from;
-            const bool int8_acts = (int8_type && (on_gemv || isa == k::Isa::Avx512Bf16Vnni))  // int8 gemv or int8 tiles
-                                   || (kquant && isa == k::Isa::Avx512Bf16Vnni)               // the K-quants' VNNI gemv and tiles
-                                   || ((kquant || t == DType::Q4_0) && isa == k::Isa::Avx2)   // AVX2 gemv and int8 tiles
-                                   || (is_unsigned_blocks(t) && isa != k::Isa::Portable);     // their int8 gemv and tiles
-            const bool bf16_tiles = !on_gemv && isa == k::Isa::Avx512Bf16Vnni && path.bf16_tiles && t == DType::BF16;
+            const bool on_decode = j >= decode_from;
+            const bool int8_acts = on_decode ? row.activations != k::ActivationLayout::Float : row.tiles == k::Tiles::Int8;
+            const bool bf16_tiles = !on_decode && row.tiles == k::Tiles::Bf16;
             const float rel = int8_acts ? 0x1p-6f : bf16_tiles ? 0x1p-7f : 1e-5f;
             for (std::int64_t r = 0; r < rows; ++r) {
               const std::size_t i = j * ldy + static_cast<std::size_t>(r);
@@ -183,6 +183,55 @@ TEST_CASE("typed matrix kernels equal the exact product, on both paths and every
 }
 
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
+TEST_CASE("every row of the kernel table is complete, and its decode kernel equals its portable twin", "[quant][kernels]") {
+  for (const k::Isa isa : {k::Isa::Avx512Bf16Vnni, k::Isa::Avx2, k::Isa::Portable}) {
+    if (!can_run(isa)) continue;
+    for (const bool bf16 : {true, false}) {
+      const k::ScopedBf16Tiles forced(bf16);
+      for (const k::MatmulKernel& row : k::kernel_rows(isa)) {
+        if (row.applies && !row.applies()) continue;
+        const DType t = row.type, file_type = quant::base_type(t);
+        INFO(dtype_name(t) << " on " << k::to_string(isa) << (bf16 ? " (bf16 tiles)" : ""));
+        // What matmul and matmul_shared rely on.
+        REQUIRE(row.isa == isa);
+        REQUIRE(&k::matmul_kernel(t, isa) == &row);
+        REQUIRE((row.decode && row.prefill && row.decode_tokens >= 1));
+        REQUIRE((row.activations == k::ActivationLayout::Float) == (row.quantize == nullptr));
+        REQUIRE((row.pack == nullptr) == (row.prefill_packed == nullptr));
+        REQUIRE((row.pack == nullptr) == (row.tiles != k::Tiles::Int8));
+        REQUIRE(row.decode_tail(5 * row.tile_tokens + 1) <= row.decode_tokens);
+        if (row.repack) REQUIRE(k::matmul_kernel(row.repacked_type, isa).activations == row.activations);
+        if (isa != k::Isa::Portable) REQUIRE(row.twin);
+
+        // The decode kernel on every token count it serves, against the
+        // twin on the file's layout with the same (plain) int8 activations:
+        // the same arithmetic, the float sums in another order.
+        const std::int64_t cols = traits(file_type).block_elems == 256 ? 768 : 1024 + 96, rows = 37;
+        const auto weights = normal(static_cast<std::size_t>(rows * cols), 8, 0.05f);
+        const Matrix m(t, weights, rows, cols), file(file_type, weights, rows, cols);
+        const auto ucols = static_cast<std::size_t>(cols), urows = static_cast<std::size_t>(rows);
+        for (std::size_t n = 1; n <= row.decode_tokens; ++n) {
+          const auto x = normal(n * ucols, 9);
+          std::vector<float> fast(n * urows), twin(fast.size());
+          row.decode(m.view, 0, urows, {x.data(), ucols, row.quantize ? row.quantize(x.data(), ucols, n, ucols) : nullptr}, n,
+                     fast.data(), urows);
+          k::QuantizedActivations xa;
+          k::quantize_activations(x.data(), ucols, n, ucols, xa);
+          const k::DecodeRowsFn twin_decode = row.twin ? row.twin : row.decode;
+          twin_decode(file.view, 0, urows, {x.data(), ucols, &xa}, n, twin.data(), urows);
+          float scale = 0;
+          for (float v : twin) scale = std::max(scale, std::abs(v));
+          REQUIRE(scale > 0);
+          for (std::size_t i = 0; i < fast.size(); ++i) {
+            INFO("n " << n << " output " << i);
+            REQUIRE(std::abs(fast[i] - twin[i]) <= 1e-5f * scale);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("the batched kernel's activation layout is the same from the scalar and the vector interleave", "[quant][kernels]") {
   if (!has_fast_path()) {
     SUCCEED("no AVX-512 here: the vector interleave is not used");
@@ -258,7 +307,7 @@ TEST_CASE("the VNNI and AVX2 int8 kernels of Q8_0 / Q4_0 equal their portable tw
         // Every path: one token, the batched gemv (up to its limit), the int8 tiles
         // (beyond, with a short rest on the gemv), with partial tiles of tokens.
         for (std::size_t n : {1, 2, 3, 4, 5, 8, 9, 12, 16, 17, 31, 32, 33, 70}) {
-          if (isa == k::Isa::Avx2 && t == DType::Q8_0 && n > k::gemv_token_limit(m.view, isa)) break;
+          if (isa == k::Isa::Avx2 && t == DType::Q8_0 && n > k::matmul_kernel(t, isa).decode_tokens) break;
           const auto x = normal(n * static_cast<std::size_t>(cols), 7);
           std::vector<float> fast(n * static_cast<std::size_t>(rows)), twin(fast.size());
           k::matmul(isa == k::Isa::Avx2 ? m.view : fast_m.view, x.data(), n, static_cast<std::size_t>(cols), fast.data(),
@@ -304,7 +353,7 @@ void require_int8_kernels_equal_twin(const TensorView& w, bool extreme, Twin&& t
     if (!can_run(isa)) continue;
     // Past the gemv's limit (passes of 4 up to it), a rest after whole
     // groups that goes to the gemv (17, 20) and one that the tiles pad (21).
-    REQUIRE(k::gemv_token_limit(w, isa) < 17);
+    REQUIRE(k::matmul_kernel(w.type, isa).decode_tokens < 17);
     for (std::size_t n : {1, 2, 3, 4, 5, 8, 17, 20, 21, 32, 33, 70}) {
       const auto x = extreme ? std::vector<float>(n * cols, 1.0f) : normal(n * cols, 7);
       std::vector<float> fast(n * rows), twin(fast.size());

@@ -6,7 +6,7 @@
 #include <random>
 
 #include "common.hpp"
-#include "streamllm/kernels/rope.hpp"
+#include "streamllm/kernels/ops/rope.hpp"
 
 using namespace streamllm;
 using test::kGoldenTolerance;

@@ -7,15 +7,10 @@
 #include <filesystem>
 #include <string>
 
-#include "streamllm/io/model_file.hpp"
+#include "data_dir.hpp"
+#include "streamllm/loaders/model_file.hpp"
 
 namespace examples {
-
-// $STREAMLLM_DATA_DIR, else the folder CMake found (../shared), else "".
-inline std::filesystem::path data_dir() {
-  if (const char* env = std::getenv("STREAMLLM_DATA_DIR"); env && *env) return env;
-  return STREAMLLM_DEFAULT_DATA_DIR;
-}
 
 inline std::string default_model() {
   const auto dir = data_dir();

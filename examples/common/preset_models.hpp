@@ -5,7 +5,7 @@
 // loaders again. A program of your own can do the same for the shapes it uses.
 #pragma once
 
-#include "streamllm/io/model_file.hpp"
+#include "streamllm/loaders/model_file.hpp"
 #include "streamllm/model.hpp"
 #include "streamllm/presets.hpp"
 

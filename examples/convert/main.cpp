@@ -6,7 +6,7 @@
 
 #include <cstdio>
 
-#include "streamllm/io/convert.hpp"
+#include "streamllm/loaders/convert.hpp"
 
 int main(int argc, char** argv) {
   std::string model, tokenizer, out, type = "f32", name = "llama";

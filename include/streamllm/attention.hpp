@@ -19,10 +19,10 @@
 #include <vector>
 
 #include "streamllm/cache/kv_cache.hpp"
-#include "streamllm/kernels/dot.hpp"
-#include "streamllm/kernels/simd.hpp"
-#include "streamllm/kernels/threading.hpp"
-#include "streamllm/kernels/transpose.hpp"
+#include "streamllm/kernels/ops/dot.hpp"
+#include "streamllm/kernels/ops/simd.hpp"
+#include "streamllm/kernels/runtime/threading.hpp"
+#include "streamllm/kernels/ops/transpose.hpp"
 #include "streamllm/memory.hpp"
 
 namespace streamllm {

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <string_view>
 
@@ -56,23 +57,23 @@ constexpr DTypeTraits traits(DType t) {
   return {"?", 0, 0};
 }
 
+// Every type a file may hold that streamllm reads: the list the loaders,
+// the converter's checks, the error messages and the tests take.
+inline constexpr DType kFileTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
+                                       DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+
 constexpr bool is_known_dtype(std::uint32_t id) {
-  switch (static_cast<DType>(id)) {
-    case DType::F32:
-    case DType::F16:
-    case DType::BF16:
-    case DType::Q8_0:
-    case DType::Q4_0:
-    case DType::Q4_1:
-    case DType::Q5_0:
-    case DType::Q5_1:
-    case DType::Q4_K:
-    case DType::Q5_K:
-    case DType::Q6_K: return true;
-    case DType::Q8_0x16:
-    case DType::Q4_0x16: return false;  // not a file's type
-  }
+  for (DType t : kFileTypes)
+    if (static_cast<std::uint32_t>(t) == id) return true;
   return false;
+}
+
+// "F32, F16, ... and Q6_K": for messages.
+inline std::string file_type_names() {
+  std::string s;
+  const std::size_t n = std::size(kFileTypes);
+  for (std::size_t i = 0; i < n; ++i) s += (i == 0 ? "" : i + 1 == n ? " and " : ", ") + std::string(traits(kFileTypes[i]).name);
+  return s;
 }
 
 constexpr std::string_view dtype_name(DType t) { return traits(t).name; }

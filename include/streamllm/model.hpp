@@ -31,13 +31,12 @@
 #include "streamllm/cache/kv_cache.hpp"
 #include "streamllm/config.hpp"
 #include "streamllm/error.hpp"
-#include "streamllm/interleave_weights.hpp"
-#include "streamllm/kernels/axpy.hpp"
-#include "streamllm/kernels/dequantize.hpp"
-#include "streamllm/kernels/matmul.hpp"
-#include "streamllm/kernels/rmsnorm.hpp"
-#include "streamllm/kernels/rope.hpp"
-#include "streamllm/kernels/silu_gate.hpp"
+#include "streamllm/kernels/ops/axpy.hpp"
+#include "streamllm/kernels/ops/dequantize.hpp"
+#include "streamllm/kernels/matmul/matmul.hpp"
+#include "streamllm/kernels/ops/rmsnorm.hpp"
+#include "streamllm/kernels/ops/rope.hpp"
+#include "streamllm/kernels/ops/silu_gate.hpp"
 #include "streamllm/memory.hpp"
 #include "streamllm/weights.hpp"
 
@@ -72,8 +71,8 @@ class Llama {
     const std::size_t* first_ = nullptr;
   };
 
-  // Q8_0 and Q4_0 matrices are copied into the int8 kernels' layout here
-  // when the AVX-512 path runs them (interleave_weights.hpp).
+  // Weights from the loaders come prepared for the kernels (prepare_weights,
+  // weights.hpp: some repacked); weights built by hand run as they are.
   explicit Llama(ModelWeights<Config> weights);
 
   const ModelWeights<Config>& weights() const { return w_; }
@@ -236,7 +235,7 @@ class Llama {
 // the others compiles the forward pass, and every kernel under it, once.
 template <class Config>
 Llama<Config>::Llama(ModelWeights<Config> weights)
-    : w_(interleave_int8_weights(with_fingerprint(std::move(weights)))), rope_(static_cast<int>(HD), w_.hparams.rope_theta) {}
+    : w_(with_fingerprint(std::move(weights))), rope_(static_cast<int>(HD), w_.hparams.rope_theta) {}
 
 template <class Config>
 typename Llama<Config>::Logits Llama<Config>::forward(std::span<const Sequence> seqs) {

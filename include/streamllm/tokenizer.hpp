@@ -15,8 +15,8 @@
 
 #include "streamllm/config.hpp"
 #include "streamllm/error.hpp"
-#include "streamllm/io/gguf.hpp"
-#include "streamllm/io/sentencepiece_model.hpp"
+#include "streamllm/formats/gguf.hpp"
+#include "streamllm/formats/sentencepiece_model.hpp"
 
 namespace streamllm {
 

@@ -5,9 +5,12 @@
 #include <array>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "streamllm/config.hpp"
 #include "streamllm/error.hpp"
+#include "streamllm/kernels/matmul/repack.hpp"
 #include "streamllm/tensor.hpp"
 #include "streamllm/util/hash.hpp"
 
@@ -96,6 +99,30 @@ template <class Config>
 ModelWeights<Config> with_fingerprint(ModelWeights<Config> w) {
   if (w.fingerprint == 0) w.fingerprint = weights_fingerprint(w) | 1;
   return w;
+}
+
+// The weights ready for the kernels of `isa`: their fingerprint taken from
+// the file's tensors, then the matrices (the layers' and the classifier; the
+// embedding table stays, rows are looked up there) repacked where the
+// kernel table says so. The loaders call this; weights built by hand run
+// as they are, or may be passed through it too.
+template <class Config>
+ModelWeights<Config> prepare_weights(ModelWeights<Config> w, kernels::Isa isa = kernels::active_isa()) {
+  w = with_fingerprint(std::move(w));
+  std::vector<TensorView*> matrices;
+  for (LayerWeights& l : w.layers)
+    for (TensorView* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_down, &l.w_up}) matrices.push_back(m);
+  matrices.push_back(&w.classifier);
+  if (auto repacked = kernels::repack_matrices(matrices, w.owner, w.token_embedding.data, isa)) w.owner = std::move(repacked);
+  return w;
+}
+
+// The names of the repacking before the kernel table (issue 25).
+[[deprecated("use kernels::repack_at_load()")]] inline bool& interleave_int8_at_load() { return kernels::repack_at_load(); }
+template <class Config>
+[[deprecated("the loaders call prepare_weights")]] ModelWeights<Config> interleave_int8_weights(
+    ModelWeights<Config> w, kernels::Isa isa = kernels::active_isa()) {
+  return prepare_weights(std::move(w), isa);
 }
 
 }  // namespace streamllm

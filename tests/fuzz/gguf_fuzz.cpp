@@ -9,9 +9,9 @@
 
 #include "fuzz_shape.hpp"
 #include "streamllm/cache/kv_cache.hpp"
-#include "streamllm/io/gguf.hpp"
-#include "streamllm/io/gguf_model.hpp"
-#include "streamllm/io/sentencepiece_model.hpp"
+#include "streamllm/formats/gguf.hpp"
+#include "streamllm/loaders/gguf_model.hpp"
+#include "streamllm/formats/sentencepiece_model.hpp"
 #include "streamllm/model.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

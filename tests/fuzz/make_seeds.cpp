@@ -5,8 +5,8 @@
 #include <string>
 
 #include "fuzz_shape.hpp"
-#include "streamllm/io/gguf_writer.hpp"
-#include "streamllm/io/sentencepiece_model.hpp"
+#include "streamllm/formats/gguf_writer.hpp"
+#include "streamllm/formats/sentencepiece_model.hpp"
 #include "streamllm/quant/blocks.hpp"
 
 namespace {

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "streamllm/io/llama2c.hpp"
+#include "streamllm/loaders/llama2c.hpp"
 #include "streamllm/sampler.hpp"
 
 int main(int argc, char** argv) {

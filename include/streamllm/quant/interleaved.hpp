@@ -26,7 +26,7 @@ namespace streamllm::quant {
 inline constexpr std::size_t kGroupBlocks = 16;
 
 // Lane `lane` of a group holds this block of it: the order that the AVX-512
-// transpose of 16 blocks loaded in pairs produces (x86_avx512.hpp), so that
+// transpose of 16 blocks loaded in pairs produces (avx512/int8_blocks.hpp), so that
 // activations and weights can share it.
 constexpr std::size_t group_lane_block(std::size_t lane) { return 2 * (lane % 8) + lane / 8; }
 constexpr std::size_t block_group_lane(std::size_t block) { return 8 * (block % 2) + block / 2; }
@@ -68,7 +68,7 @@ inline void copy_row(DType base, const std::byte* src, std::byte* dst, std::int6
 }  // namespace detail
 
 // A row of `cols` elements of Q8_0 or Q4_0 to its interleaved form (the
-// reference; x86_avx512.hpp has the fast one), and back.
+// reference; kernels/matmul/avx512/int8_blocks.hpp has the fast one), and back.
 inline void interleave_row(DType base, const std::byte* src, std::byte* dst, std::int64_t cols) {
   detail::copy_row<true>(base, src, dst, cols);
 }

@@ -430,6 +430,22 @@ class ApiService {
     std::mutex mu;
   };
 
+  // A stream's head, and for chat each choice's first event with its role (as OpenAI opens them).
+  void open_stream(Job& job) {
+    HttpReply head;
+    head.headers = {{"Content-Type", "text/event-stream"}, {"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}};
+    for (auto& kv : job.origin_headers) head.headers.push_back(kv);
+    job.ex->set_head(std::move(head));
+    if (job.req.endpoint != openai::Endpoint::Chat) return;
+    std::string first;
+    for (std::size_t c = 0; c < job.choices.size(); ++c)
+      first += openai::sse(with_usage_null(job, job.env.chunk({{"index", c},
+                                                               {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                                               {"logprobs", nullptr},
+                                                               {"finish_reason", nullptr}})));
+    job.ex->write(first);
+  }
+
   std::shared_ptr<Exchange> generate(const json& body, openai::Endpoint ep, std::string_view origin) {
     using openai::ApiError;
     if (draining_) throw ApiError(503, "the server is shutting down");
@@ -447,21 +463,7 @@ class ApiService {
     job->ex = std::make_shared<Exchange>(job->req.stream);
     const std::uint64_t seed = job->req.seed ? *job->req.seed : next_seed();
     job->origin_headers = cors_headers(origin);
-    if (job->req.stream) {
-      HttpReply head;
-      head.headers = {{"Content-Type", "text/event-stream"}, {"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}};
-      for (auto& kv : job->origin_headers) head.headers.push_back(kv);
-      job->ex->set_head(std::move(head));
-      if (ep == openai::Endpoint::Chat) {  // OpenAI opens each choice with its role
-        std::string first;
-        for (std::size_t c = 0; c < job->choices.size(); ++c)
-          first += openai::sse(with_usage_null(*job, job->env.chunk({{"index", c},
-                                                                     {"delta", {{"role", "assistant"}, {"content", ""}}},
-                                                                     {"logprobs", nullptr},
-                                                                     {"finish_reason", nullptr}})));
-        job->ex->write(first);
-      }
-    }
+    if (job->req.stream) open_stream(*job);
 
     std::vector<SequenceId> ids;
     auto cancel_all = [this, &ids] {
@@ -577,11 +579,10 @@ class ApiService {
     finish(job);
   }
 
-  // Every choice has ended: the whole answer, or the stream's last events.
-  void finish(Job& job) {
-    const bool chat = job.req.endpoint == openai::Endpoint::Chat;
+  // Tokens of the request: each prompt once (its n choices share it), every choice's completion.
+  static json usage(const Job& job) {
     std::size_t prompt = 0, completion = 0, cached = 0;
-    const std::size_t n = static_cast<std::size_t>(job.req.n);
+    const auto n = static_cast<std::size_t>(job.req.n);
     for (std::size_t c = 0; c < job.choices.size(); ++c) {
       const GenerationResult& r = *job.choices[c].result;
       completion += r.tokens.size();
@@ -590,7 +591,33 @@ class ApiService {
         cached += r.cached_tokens;
       }
     }
-    const json use = openai::usage(prompt, completion, cached);
+    return openai::usage(prompt, completion, cached);
+  }
+
+  // The choices of a whole (not streamed) answer.
+  static json whole_choices(const Job& job) {
+    const bool chat = job.req.endpoint == openai::Endpoint::Chat;
+    json choices = json::array();
+    for (std::size_t c = 0; c < job.choices.size(); ++c) {
+      const Choice& ch = job.choices[c];
+      const GenerationResult& r = *ch.result;
+      json choice = {{"index", c}, {"finish_reason", openai::finish_reason(r.stop)}};
+      if (chat) {
+        choice["message"] = {{"role", "assistant"}, {"content", r.text}, {"refusal", nullptr}};
+        choice["logprobs"] = job.req.logprobs ? json{{"content", ch.chat_lp}, {"refusal", nullptr}} : json(nullptr);
+      } else {
+        choice["text"] = r.text;
+        choice["logprobs"] = job.req.logprobs ? ch.completion_lp.to_json() : json(nullptr);
+      }
+      choices.push_back(std::move(choice));
+    }
+    return choices;
+  }
+
+  // Every choice has ended: the whole answer, or the stream's last events.
+  void finish(Job& job) {
+    const bool chat = job.req.endpoint == openai::Endpoint::Chat;
+    const json use = usage(job);
     const GenerationResult& first = *job.choices[0].result;
     int status = 200;
     for (const Choice& ch : job.choices)
@@ -624,21 +651,7 @@ class ApiService {
       job.ex->write(head.body, true, head);
       return;
     }
-    json choices = json::array();
-    for (std::size_t c = 0; c < job.choices.size(); ++c) {
-      const Choice& ch = job.choices[c];
-      const GenerationResult& r = *ch.result;
-      json choice = {{"index", c}, {"finish_reason", openai::finish_reason(r.stop)}};
-      if (chat) {
-        choice["message"] = {{"role", "assistant"}, {"content", r.text}, {"refusal", nullptr}};
-        choice["logprobs"] = job.req.logprobs ? json{{"content", ch.chat_lp}, {"refusal", nullptr}} : json(nullptr);
-      } else {
-        choice["text"] = r.text;
-        choice["logprobs"] = job.req.logprobs ? ch.completion_lp.to_json() : json(nullptr);
-      }
-      choices.push_back(std::move(choice));
-    }
-    head.set_json(200, job.env.whole(std::move(choices), use, openai::timings(first)));
+    head.set_json(200, job.env.whole(whole_choices(job), use, openai::timings(first)));
     job.ex->write(head.body, true, head);
   }
 

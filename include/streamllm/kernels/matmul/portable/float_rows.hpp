@@ -5,7 +5,11 @@
 
 #include <cstddef>
 
-#include "streamllm/kernels/simd.hpp"
+#include "streamllm/kernels/ops/dot.hpp"
+#include "streamllm/kernels/ops/simd.hpp"
+#include "streamllm/memory.hpp"
+#include "streamllm/quant/blocks.hpp"
+#include "streamllm/tensor.hpp"
 
 namespace streamllm::kernels {
 
@@ -48,5 +52,21 @@ inline void gemv_f32_rows(const float* w, std::size_t ldw, std::size_t k, const 
     }
   }
 }
+
+namespace portable {
+
+// Any type: one row at a time to f32, then a vector dot per token.
+inline void gemv_dequant(const TensorView& w, const float* x, std::size_t ldx, std::size_t n, float* y, std::size_t ldy,
+                         std::size_t r0, std::size_t r1) {
+  static thread_local AlignedVector<float> row;
+  const auto k = static_cast<std::size_t>(w.cols);
+  float* buf = grow(row, k);
+  for (std::size_t r = r0; r < r1; ++r) {
+    quant::dequantize_row(w.type, w.row(static_cast<std::int64_t>(r)), w.cols, buf);
+    for (std::size_t t = 0; t < n; ++t) y[t * ldy + r] = dot(buf, x + t * ldx, k);
+  }
+}
+
+}  // namespace portable
 
 }  // namespace streamllm::kernels

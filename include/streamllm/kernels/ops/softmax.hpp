@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <limits>
 
-#include "streamllm/kernels/simd.hpp"
+#include "streamllm/kernels/ops/simd.hpp"
 
 namespace streamllm::kernels {
 

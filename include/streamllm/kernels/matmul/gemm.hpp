@@ -10,8 +10,8 @@
 //
 // The driver is shared by the element types and ISAs: f32 here (xsimd, any
 // CPU); bf16 pairs with vdpbf16ps (avx512::GemmBf16) and the AVX-512 f32
-// and int8 tiles in x86_avx512.hpp and gemm_int8.hpp; AVX2's int8 tiles in
-// gemm_int8_avx2.hpp.
+// and int8 tiles in avx512/float_tiles.hpp and avx512/int8_tiles.hpp;
+// AVX2's int8 tiles in avx2/int8_tiles.hpp.
 #pragma once
 
 #include <algorithm>
@@ -19,9 +19,9 @@
 #include <cstring>
 #include <utility>
 
-#include "streamllm/kernels/simd.hpp"
-#include "streamllm/kernels/threading.hpp"
-#include "streamllm/kernels/transpose.hpp"
+#include "streamllm/kernels/ops/simd.hpp"
+#include "streamllm/kernels/runtime/threading.hpp"
+#include "streamllm/kernels/ops/transpose.hpp"
 #include "streamllm/memory.hpp"
 
 namespace streamllm::kernels {

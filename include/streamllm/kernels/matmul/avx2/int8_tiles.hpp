@@ -3,7 +3,7 @@
 // quantised prefill runs on the integer units instead of dequantising every
 // weight to f32 (docs/performance.md).
 //
-// The layout of the AVX-512 tiles (gemm_int8.hpp): tokens along the lanes,
+// The layout of the AVX-512 tiles (avx512/int8_tiles.hpp): tokens along the lanes,
 // weight rows along registers, one weight quad (4 bytes) broadcast per row
 // and step, each weight row unpacked once per block into Int8Format's layout.
 // vpmaddubsw multiplies unsigned bytes with signed ones: here the weights are
@@ -23,8 +23,9 @@
 // Q6_K (q <= 63) 2 quads, 2 x 2 x 63 x 127 = 32004.
 #pragma once
 
-#include "streamllm/kernels/int8_tile_format.hpp"
-#include "streamllm/kernels/x86_avx2.hpp"
+#include "streamllm/kernels/matmul/avx2/int8_blocks.hpp"
+#include "streamllm/kernels/matmul/avx2/kquants.hpp"
+#include "streamllm/kernels/matmul/int8_tile_format.hpp"
 
 #ifdef STREAMLLM_HAVE_AVX2_KERNELS
 
@@ -39,9 +40,9 @@
 #include <utility>
 
 #include "streamllm/error.hpp"
-#include "streamllm/kernels/activations_q8.hpp"
-#include "streamllm/kernels/prefetch_rows.hpp"
-#include "streamllm/kernels/transpose.hpp"
+#include "streamllm/kernels/matmul/activations_q8.hpp"
+#include "streamllm/kernels/matmul/prefetch_rows.hpp"
+#include "streamllm/kernels/ops/transpose.hpp"
 #include "streamllm/memory.hpp"
 #include "streamllm/quant/blocks.hpp"
 #include "streamllm/tensor.hpp"
@@ -57,9 +58,6 @@ inline constexpr std::size_t kInt8Tok = 16;
 inline constexpr std::size_t kInt8QuadBytes = 8 * kInt8Tok * 4;
 inline constexpr std::size_t kInt8SumsAt = kInt8QuadBytes + 2 * kInt8Tok * sizeof(float);
 inline constexpr std::size_t kInt8BlockBytes = kInt8SumsAt + 2 * kInt8Tok * sizeof(std::int32_t);
-
-// The types these tiles take.
-constexpr bool has_int8_tiles(DType t) { return t == DType::Q4_0 || is_unsigned_blocks(t) || is_kquant(t); }
 
 template <class T>
 STREAMLLM_AVX2 inline T load_scalar(const std::byte* p) {
@@ -186,7 +184,7 @@ STREAMLLM_AVX2 inline void unpack_affine_k(const Block& blk, __m256i (&u)[8], st
   }
 }
 
-// Blocks [0, nb) of a row of Row's type (x86_avx2.hpp: Q4_0, Q4_1, Q5_0,
+// Blocks [0, nb) of a row of Row's type (int8_blocks.hpp: Q4_0, Q4_1, Q5_0,
 // Q5_1) as Int8Blocks or (with m, kMin) Int8Q4K lays them out: the unsigned
 // quants, d and m per block.
 template <class Row>

@@ -3,7 +3,7 @@
 
 #include <cstddef>
 
-#include "streamllm/kernels/simd.hpp"
+#include "streamllm/kernels/ops/simd.hpp"
 
 namespace streamllm::kernels {
 

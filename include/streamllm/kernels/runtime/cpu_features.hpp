@@ -58,7 +58,7 @@ inline CpuFeatures detect_cpu_features() {
 }
 
 // The kernel families, fastest first. Avx2: the AVX2 decode kernels
-// (x86_avx2.hpp) for F16, BF16, Q8_0 and Q4_0, the portable paths for the rest.
+// (kernels/matmul/avx2/) for F16, BF16 and the quantised types, the portable paths for the rest.
 enum class Isa { Avx512Bf16Vnni, Avx2, Portable };
 
 inline const char* to_string(Isa isa) {

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <cstddef>
 
-#include "streamllm/kernels/dot.hpp"
-#include "streamllm/kernels/simd.hpp"
+#include "streamllm/kernels/ops/dot.hpp"
+#include "streamllm/kernels/ops/simd.hpp"
 
 namespace streamllm::kernels {
 

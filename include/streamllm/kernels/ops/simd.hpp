@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <type_traits>
 
-#include "streamllm/kernels/avx512_warnings.hpp"
+#include "streamllm/kernels/runtime/avx512_warnings.hpp"
 
 namespace streamllm::kernels {
 

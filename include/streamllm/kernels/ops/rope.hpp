@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "streamllm/kernels/simd.hpp"
+#include "streamllm/kernels/ops/simd.hpp"
 
 namespace streamllm::kernels {
 

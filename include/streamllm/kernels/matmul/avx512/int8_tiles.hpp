@@ -3,7 +3,7 @@
 // instruction, twice the work of a bf16 dot, so quantised prefill runs on the
 // integer units instead of dequantising to bf16 or f32.
 //
-// Same layout as the f32 and bf16 tiles (gemm.hpp): tokens along the lanes,
+// Same layout as the f32 and bf16 tiles (gemm.hpp, float_tiles.hpp): tokens along the lanes,
 // weight rows along registers. Per block of 32 (or 16) weights the kernel sums
 // integer products exactly, then scales once: acc += float(isum) * dw[row] * dx[token].
 //   activations: quantised per token and block like the decode path (int8,
@@ -21,10 +21,13 @@
 // so does Q4_1's and Q5_1's m.
 #pragma once
 
-#include "streamllm/kernels/avx512_warnings.hpp"
-#include "streamllm/kernels/int8_tile_format.hpp"
-#include "streamllm/kernels/x86_avx2.hpp"
-#include "streamllm/kernels/x86_avx512.hpp"
+#include "streamllm/kernels/matmul/avx2/int8_blocks.hpp"
+#include "streamllm/kernels/matmul/avx512/int8_blocks.hpp"
+#include "streamllm/kernels/matmul/avx512/isa.hpp"
+#include "streamllm/kernels/matmul/avx512/kquants.hpp"
+#include "streamllm/kernels/matmul/avx512/unsigned_blocks.hpp"
+#include "streamllm/kernels/matmul/int8_tile_format.hpp"
+#include "streamllm/kernels/runtime/avx512_warnings.hpp"
 
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
 
@@ -84,6 +87,9 @@ STREAMLLM_AVX512 inline void store_token_major4(const __m512 (&r)[4], std::size_
 // MR rows x 32 tokens. Partial sums go to c (rows x tokens); with y, the last
 // slice of k goes to y token-major instead (y[t][0..MR) for t < ntok), in
 // registers: a separate transpose of the sums, through memory, cost more.
+// One function of about 70 lines: its 2 x MR accumulators and the block's
+// loads must be one register allocation (a micro-kernel split into calls
+// spills them).
 template <class Format, std::size_t MR>
 STREAMLLM_AVX512 inline void gemm_int8_micro(const std::byte* w, std::size_t ldw, const std::uint8_t* xp, std::size_t kc,
                                              float* c, std::size_t ldc, bool accumulate, float* y, std::size_t ldy,
@@ -278,7 +284,7 @@ STREAMLLM_AVX512 inline void unpack_q6k(const quant::BlockQ6K& blk, std::int8_t*
 // Blocks [0, nb) of a row of Q4_1, Q5_0 or Q5_1 as Int8Blocks (Q5_0: the
 // quants minus 16) or Int8Q4K (Q4_1, Q5_1: the quants as they are, and m per
 // block) lays them out. Row: the AVX2 decode kernels' policy of the type
-// (x86_avx2.hpp), whose 32 quants per block are the same here.
+// (avx2/int8_blocks.hpp), whose 32 quants per block are the same here.
 template <class Row>
 STREAMLLM_AVX512 inline void unpack_unsigned_blocks(const std::byte* src, std::size_t nb, std::int8_t* q, std::byte* scales,
                                                     std::byte* corrections, std::byte* mins) {
@@ -297,86 +303,99 @@ STREAMLLM_AVX512 inline void unpack_unsigned_blocks(const std::byte* src, std::s
   }
 }
 
+// Blocks [0, nb) of a Q8_0 or Q4_0 row (`interleaved`: in 16-block groups)
+// as Int8Blocks: signed quants, each block's scale and -128 x its sum.
+STREAMLLM_AVX512 inline void unpack_blocks32(DType type, bool interleaved, const std::byte* src, std::size_t nb, std::int8_t* q,
+                                             std::byte* scales, std::byte* corrections) {
+  std::size_t b = 0;
+  for (; interleaved && b + quant::kGroupBlocks <= nb; b += quant::kGroupBlocks)
+    unpack_group(type, src + row_bytes(type, static_cast<std::int64_t>(32 * b)), q + 32 * b, scales + 4 * b, corrections + 4 * b);
+  for (; b < nb; ++b) {
+    std::uint16_t dh;
+    __m256i v;
+    if (type == DType::Q8_0) {
+      const auto& blk = reinterpret_cast<const quant::BlockQ8_0*>(src)[b];
+      dh = blk.d;
+      v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs));
+    } else {
+      const auto& blk = reinterpret_cast<const quant::BlockQ4_0*>(src)[b];
+      dh = blk.d;
+      const __m128i p = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs)), m = _mm_set1_epi8(0x0F);
+      const __m128i lo = _mm_and_si128(p, m), hi = _mm_and_si128(_mm_srli_epi16(p, 4), m);
+      v = _mm256_sub_epi8(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1), _mm256_set1_epi8(8));
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b), v);
+    const float d = _cvtsh_ss(dh);
+    const std::int32_t corr = -128 * sum_i8x32(v);
+    std::memcpy(scales + 4 * b, &d, 4);
+    std::memcpy(corrections + 4 * b, &corr, 4);
+  }
+}
+
+// The super-blocks of `kc` columns of a K-quant row: Q4_K and Q5_K as
+// Int8Q4K, Q6_K as Int8Q6K.
+STREAMLLM_AVX512 inline void unpack_kquants(DType type, const std::byte* src, std::size_t kc, std::int8_t* q, std::byte* scales,
+                                            std::byte* corrections, std::byte* mins) {
+  for (std::size_t s = 0; s < kc / 256; ++s) {
+    if (type == DType::Q4_K)
+      unpack_q4k(reinterpret_cast<const quant::BlockQ4K*>(src)[s], q + 256 * s, scales + 32 * s, corrections + 32 * s,
+                 mins + 32 * s);
+    else if (type == DType::Q5_K)
+      unpack_q4k(reinterpret_cast<const quant::BlockQ5K*>(src)[s], q + 256 * s, scales + 32 * s, corrections + 32 * s,
+                 mins + 32 * s);
+    else
+      unpack_q6k(reinterpret_cast<const quant::BlockQ6K*>(src)[s], q + 256 * s, scales + 64 * s, corrections + 64 * s);
+  }
+}
+
 // Rows of quantised weights unpacked a block at a time into Format's layout
 // (the int8 tiles): Q8_0, Q4_0, their interleaved rows and Q5_0 as
 // Int8Blocks, Q4_1, Q5_1, Q4_K and Q5_K as Int8Q4K, Q6_K as Int8Q6K.
 template <class Format>
 struct Int8Rows {
   const TensorView* w;
-  STREAMLLM_AVX512 std::pair<const std::byte*, std::size_t> block(std::size_t r0, std::size_t rows, std::size_t k0,
-                                                                  std::size_t kc, AlignedVector<std::byte>& scratch) const {
-    const std::size_t ld = Format::row_bytes(kc), nb = kc / 32;
+
+  // Whether columns [k0, k0 + kc) of these rows unpack into Format: the
+  // type's format, whole super-blocks for the K-quants, and for interleaved
+  // rows whole groups (the driver's slices of k start on them: kKc is one
+  // group), but for the row's end.
+  void check_slice(std::size_t k0, std::size_t kc) const {
     const DType type = quant::base_type(w->type);
-    // Interleaved rows: whole groups unpacked by the decode kernel's loads and
-    // the transpose back to pairs (it is its own inverse); the driver's
-    // slices of k start on whole groups (kKc is one group).
-    const bool interleaved = quant::is_interleaved(w->type);
     constexpr std::size_t kGroupCols = 32 * quant::kGroupBlocks;
-    if (interleaved && (k0 % kGroupCols != 0 || (kc % kGroupCols != 0 && k0 + kc != static_cast<std::size_t>(w->cols))))
+    if (quant::is_interleaved(w->type) &&
+        (k0 % kGroupCols != 0 || (kc % kGroupCols != 0 && k0 + kc != static_cast<std::size_t>(w->cols))))
       throw Error("Int8Rows: an interleaved row sliced at columns [" + std::to_string(k0) + ", " + std::to_string(k0 + kc) +
                   "), not on its groups");
-    const bool kquant = is_kquant(type);
     const bool affine = type == DType::Q4_K || type == DType::Q5_K || type == DType::Q4_1 || type == DType::Q5_1;
     const bool fits = affine                ? std::is_same_v<Format, Int8Q4K>
                       : type == DType::Q6_K ? std::is_same_v<Format, Int8Q6K>
                                             : std::is_same_v<Format, Int8Blocks>;
-    if (!fits || (kquant && (k0 % 256 != 0 || kc % 256 != 0)))
+    if (!fits || (is_kquant(type) && (k0 % 256 != 0 || kc % 256 != 0)))
       throw Error("Int8Rows: " + std::string(dtype_name(w->type)) + " rows at columns [" + std::to_string(k0) + ", " +
                   std::to_string(k0 + kc) + ") do not fit this tile format");
+  }
+
+  STREAMLLM_AVX512 std::pair<const std::byte*, std::size_t> block(std::size_t r0, std::size_t rows, std::size_t k0,
+                                                                  std::size_t kc, AlignedVector<std::byte>& scratch) const {
+    check_slice(k0, kc);
+    const std::size_t ld = Format::row_bytes(kc), nb = kc / 32;
+    const DType type = quant::base_type(w->type);
     std::byte* out = grow(scratch, rows * ld);
     for (std::size_t i = 0; i < rows; ++i) {
       std::byte* o = out + i * ld;
       auto* q = reinterpret_cast<std::int8_t*>(o);
       std::byte* scales = o + Format::scales_at(kc);
       std::byte* corrections = o + Format::corrections_at(kc);
-      const std::byte* src = w->row(static_cast<std::int64_t>(r0 + i)) + row_bytes(type, static_cast<std::int64_t>(k0));
       std::byte* mins = o + Format::mins_at(kc);
+      const std::byte* src = w->row(static_cast<std::int64_t>(r0 + i)) + row_bytes(type, static_cast<std::int64_t>(k0));
       switch (type) {
-        case DType::Q5_0: unpack_unsigned_blocks<avx2::Q5_0Row>(src, nb, q, scales, corrections, mins); continue;
-        case DType::Q4_1: unpack_unsigned_blocks<avx2::Q4_1Row>(src, nb, q, scales, corrections, mins); continue;
-        case DType::Q5_1: unpack_unsigned_blocks<avx2::Q5_1Row>(src, nb, q, scales, corrections, mins); continue;
-        default: break;
-      }
-      if (type == DType::Q4_K) {
-        for (std::size_t s = 0; s < kc / 256; ++s)
-          unpack_q4k(reinterpret_cast<const quant::BlockQ4K*>(src)[s], q + 256 * s, scales + 32 * s, corrections + 32 * s,
-                     mins + 32 * s);
-        continue;
-      }
-      if (type == DType::Q5_K) {
-        for (std::size_t s = 0; s < kc / 256; ++s)
-          unpack_q4k(reinterpret_cast<const quant::BlockQ5K*>(src)[s], q + 256 * s, scales + 32 * s, corrections + 32 * s,
-                     mins + 32 * s);
-        continue;
-      }
-      if (type == DType::Q6_K) {
-        for (std::size_t s = 0; s < kc / 256; ++s)
-          unpack_q6k(reinterpret_cast<const quant::BlockQ6K*>(src)[s], q + 256 * s, scales + 64 * s, corrections + 64 * s);
-        continue;
-      }
-      std::size_t b = 0;
-      for (; interleaved && b + quant::kGroupBlocks <= nb; b += quant::kGroupBlocks)
-        unpack_group(type, src + row_bytes(type, static_cast<std::int64_t>(32 * b)), q + 32 * b, scales + 4 * b,
-                     corrections + 4 * b);
-      for (; b < nb; ++b) {
-        std::uint16_t dh;
-        __m256i v;
-        if (type == DType::Q8_0) {
-          const auto& blk = reinterpret_cast<const quant::BlockQ8_0*>(src)[b];
-          dh = blk.d;
-          v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs));
-        } else {
-          const auto& blk = reinterpret_cast<const quant::BlockQ4_0*>(src)[b];
-          dh = blk.d;
-          const __m128i p = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs)), m = _mm_set1_epi8(0x0F);
-          const __m128i lo = _mm_and_si128(p, m), hi = _mm_and_si128(_mm_srli_epi16(p, 4), m);
-          v = _mm256_sub_epi8(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1), _mm256_set1_epi8(8));
-        }
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b), v);
-        const float d = _cvtsh_ss(dh);
-        const std::int32_t corr = -128 * sum_i8x32(v);
-        std::memcpy(scales + 4 * b, &d, 4);
-        std::memcpy(corrections + 4 * b, &corr, 4);
+        case DType::Q5_0: unpack_unsigned_blocks<avx2::Q5_0Row>(src, nb, q, scales, corrections, mins); break;
+        case DType::Q4_1: unpack_unsigned_blocks<avx2::Q4_1Row>(src, nb, q, scales, corrections, mins); break;
+        case DType::Q5_1: unpack_unsigned_blocks<avx2::Q5_1Row>(src, nb, q, scales, corrections, mins); break;
+        case DType::Q4_K:
+        case DType::Q5_K:
+        case DType::Q6_K: unpack_kquants(type, src, kc, q, scales, corrections, mins); break;
+        default: unpack_blocks32(type, quant::is_interleaved(w->type), src, nb, q, scales, corrections); break;
       }
     }
     return {out, ld};

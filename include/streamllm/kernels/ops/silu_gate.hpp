@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstddef>
 
-#include "streamllm/kernels/simd.hpp"
+#include "streamllm/kernels/ops/simd.hpp"
 
 namespace streamllm::kernels {
 

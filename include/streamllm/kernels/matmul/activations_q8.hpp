@@ -23,7 +23,7 @@ struct QuantizedActivations {
   AlignedVector<std::int32_t> sum;             // [rows][blocks]: sum of the block's quants
   AlignedVector<float> dsum;                   // [rows][blocks]: d * sum, what a Q4_K min multiplies
   // Per pair of blocks, as the VNNI kernels consume them (16 lanes, 8 per
-  // block): the two scales, and minus the two sums / 8 (see x86_avx512.hpp).
+  // block): the two scales, and minus the two sums / 8 (see avx512/int8_blocks.hpp).
   std::size_t pairs = 0;
   AlignedVector<float> d_lanes;           // [rows][pairs][16]
   AlignedVector<std::int32_t> sum_lanes;  // [rows][pairs][16]

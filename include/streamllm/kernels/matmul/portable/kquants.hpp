@@ -1,72 +1,17 @@
-// Matrix-vector products for every weight type, in portable form: the path a
-// CPU without AVX-512 takes, and the twin the AVX-512 kernels are tested
-// against. y[t][r] = dot(W[r], x[t]) for a few tokens t, rows [r0, r1).
+// Portable decode of K-quant rows (Q4_K, Q5_K, Q6_K) against int8
+// activations: the twin the AVX2 and AVX-512 kernels are tested against.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
-#include "streamllm/kernels/activations_q8.hpp"
-#include "streamllm/kernels/dot.hpp"
+#include "streamllm/kernels/matmul/activations_q8.hpp"
+#include "streamllm/kernels/ops/dot.hpp"
 #include "streamllm/memory.hpp"
 #include "streamllm/quant/blocks.hpp"
 #include "streamllm/tensor.hpp"
 
 namespace streamllm::kernels::portable {
-
-// Any type: one row at a time to f32, then a vector dot per token.
-inline void gemv_dequant(const TensorView& w, const float* x, std::size_t ldx, std::size_t n, float* y, std::size_t ldy,
-                         std::size_t r0, std::size_t r1) {
-  static thread_local AlignedVector<float> row;
-  const auto k = static_cast<std::size_t>(w.cols);
-  float* buf = grow(row, k);
-  for (std::size_t r = r0; r < r1; ++r) {
-    quant::dequantize_row(w.type, w.row(static_cast<std::int64_t>(r)), w.cols, buf);
-    for (std::size_t t = 0; t < n; ++t) y[t * ldy + r] = dot(buf, x + t * ldx, k);
-  }
-}
-
-// Q8_0 weights x Q8 activations: sum over blocks of dw * dx * <qw, qx>, the
-// integer part exact.
-inline void gemv_q8_0(const TensorView& w, const QuantizedActivations& xa, std::size_t n, float* y, std::size_t ldy,
-                      std::size_t r0, std::size_t r1) {
-  for (std::size_t r = r0; r < r1; ++r) {
-    const auto* blocks = reinterpret_cast<const quant::BlockQ8_0*>(w.row(static_cast<std::int64_t>(r)));
-    for (std::size_t t = 0; t < n; ++t) {
-      const std::int8_t* xq = xa.q_row(t);
-      const float* xd = xa.d_row(t);
-      float acc = 0;
-      for (std::size_t b = 0; b < xa.blocks; ++b) {
-        std::int32_t s = 0;
-        for (int j = 0; j < 32; ++j) s += blocks[b].qs[j] * xq[b * 32 + static_cast<std::size_t>(j)];
-        acc += f16_to_f32(blocks[b].d) * xd[b] * static_cast<float>(s);
-      }
-      y[t * ldy + r] = acc;
-    }
-  }
-}
-
-// Q4_0 weights x Q8 activations.
-inline void gemv_q4_0(const TensorView& w, const QuantizedActivations& xa, std::size_t n, float* y, std::size_t ldy,
-                      std::size_t r0, std::size_t r1) {
-  for (std::size_t r = r0; r < r1; ++r) {
-    const auto* blocks = reinterpret_cast<const quant::BlockQ4_0*>(w.row(static_cast<std::int64_t>(r)));
-    for (std::size_t t = 0; t < n; ++t) {
-      const std::int8_t* xq = xa.q_row(t);
-      const float* xd = xa.d_row(t);
-      float acc = 0;
-      for (std::size_t b = 0; b < xa.blocks; ++b) {
-        std::int32_t s = 0;
-        for (int j = 0; j < 16; ++j) {
-          s += ((blocks[b].qs[j] & 0x0F) - 8) * xq[b * 32 + static_cast<std::size_t>(j)];
-          s += ((blocks[b].qs[j] >> 4) - 8) * xq[b * 32 + 16 + static_cast<std::size_t>(j)];
-        }
-        acc += f16_to_f32(blocks[b].d) * xd[b] * static_cast<float>(s);
-      }
-      y[t * ldy + r] = acc;
-    }
-  }
-}
 
 // One Q4_K / Q5_K super-block's unsigned quants q against its 256
 // activations: per sub-block of 32 the integer dot product scaled by d sc

@@ -1,0 +1,45 @@
+// What every AVX2 kernel shares: the target attribute they are compiled with
+// whatever the build flags (chosen at run time, Isa::Avx2, as the AVX-512
+// kernels are), and horizontal sums. These kernels serve x86 CPUs without
+// AVX-512 (or whose hypervisor hides it): without them a portable build read
+// every type through the scalar loops, at a fraction of the memory's speed.
+#pragma once
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define STREAMLLM_HAVE_AVX2_KERNELS 1
+
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "streamllm/dtype.hpp"
+#include "streamllm/kernels/matmul/activations_q8.hpp"
+#include "streamllm/quant/blocks.hpp"
+
+#define STREAMLLM_AVX2 __attribute__((target("avx2,fma,f16c")))
+#endif
+
+#ifdef STREAMLLM_HAVE_AVX2_KERNELS
+
+namespace streamllm::kernels::avx2 {
+
+STREAMLLM_AVX2 inline float hsum(__m256 v) {
+  __m128 q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  q = _mm_add_ss(q, _mm_movehdup_ps(q));
+  return _mm_cvtss_f32(q);
+}
+
+// Lane j: the sum of the eight lanes of v[j].
+STREAMLLM_AVX2 inline __m256i reduce8(const __m256i (&v)[8]) {
+  const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+  // a: 128-bit lane 0 holds the low halves' sums of v0..v3, lane 1 the high halves'.
+  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+}  // namespace streamllm::kernels::avx2
+
+#endif  // STREAMLLM_HAVE_AVX2_KERNELS

@@ -1,0 +1,154 @@
+// AVX2 decode of K-quant rows (Q4_K, Q5_K, Q6_K) against int8 activations.
+#pragma once
+
+#include "streamllm/kernels/matmul/avx2/isa.hpp"
+
+#ifdef STREAMLLM_HAVE_AVX2_KERNELS
+
+namespace streamllm::kernels::avx2 {
+
+// ---- Q4_K / Q5_K / Q6_K rows x int8 activations -----------------------------
+//
+// Per vector of 32 quants (one activation block): vpmaddubsw with the
+// activations, then vpmaddwd by the sub-block scales (int16) instead of by
+// ones, so the integer sums come out scaled. A super-block's eight vectors
+// are reduced together, lane j to the sum of vector j (reduce8), so that the
+// float work - convert, times d x the eight activation scales, add - is one
+// vector per super-block and token instead of one per block. Q4_K's nibbles
+// are unsigned (0..15; Q5_K's quants 0..31 likewise); its mins, dmin m dx x
+// the activation block's sum, are one more vector. Q6_K's quants minus 32
+// take vpmaddubsw's sign trick, as Q8_0 does; a vector spans two sub-blocks
+// of 16, whose scales fill its halves.
+// Scaling per block instead, and unpacking the scales one by one, were both
+// slower.
+
+// A Q4_K super-block's nibbles as bytes 0..15, q[j] = elements 32j..32j+31.
+STREAMLLM_AVX2 inline void q4k_quants(const std::uint8_t* qs, __m256i (&q)[8]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (int c = 0; c < 4; ++c) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * c));
+    q[2 * c] = _mm256_and_si256(v, m4);
+    q[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+  }
+}
+
+// A Q5_K super-block's quants as bytes 0..31: Q4_K's nibbles, and bit j of
+// qh[l] moved to bit 4 of element 32j + l.
+STREAMLLM_AVX2 inline void q5k_quants(const quant::BlockQ5K& b, __m256i (&q)[8]) {
+  q4k_quants(b.qs, q);
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh)), bit4 = _mm256_set1_epi8(0x10);
+  for (int j = 0; j < 8; ++j) {
+    // 16-bit shifts: bit 4 of each byte comes from the same byte (shifts of at most 4)
+    const __m256i at4 = j < 4 ? _mm256_sll_epi16(h, _mm_cvtsi32_si128(4 - j)) : _mm256_srl_epi16(h, _mm_cvtsi32_si128(j - 4));
+    q[j] = _mm256_or_si256(q[j], _mm256_and_si256(at4, bit4));
+  }
+}
+
+// A Q6_K super-block's quants as bytes 0..63 (before the -32), q[j] =
+// elements 32j..32j+31: q[4h + c] holds 128h + 32c + i (the layout
+// gemv_kquant_int8 spells out).
+STREAMLLM_AVX2 inline void q6k_quants(const quant::BlockQ6K& b, __m256i (&q)[8]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+  for (int h = 0; h < 2; ++h) {
+    const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h));
+    const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h + 32));
+    const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h));
+    q[4 * h] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hi, 4), m30));
+    q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hi, 2), m30));
+    q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hi, m30));
+    q[4 * h + 3] =
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(hi, 2), m30));
+  }
+}
+
+STREAMLLM_AVX2 inline __m256i kquant_dot(__m256i q_abs, __m256i q_signs, const std::int8_t* xq, __m256i scales16, bool signed_q) {
+  __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
+  if (signed_q) x = _mm256_sign_epi8(x, q_signs);
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(q_abs, x), scales16);
+}
+
+// Super-block sb of a Q4_K or Q5_K row against NT tokens.
+template <int NT, class Block>
+STREAMLLM_AVX2 inline void q4k_super_block(const Block& b, const QuantizedActivations::Slice& xa, std::size_t sb,
+                                           __m256 (&acc)[NT]) {
+  const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d)), dmin = _mm256_set1_ps(_cvtsh_ss(b.dmin));
+  __m256i q[8], scales16[8];
+  if constexpr (std::is_same_v<Block, quant::BlockQ4K>)
+    q4k_quants(b.qs, q);
+  else
+    q5k_quants(b, q);
+  // The eight scales as int16 in each half, sub-block j's spread over a
+  // vector by one byte shuffle; mins widened to float.
+  const quant::Q4KScalesMins p = quant::q4k_scales_mins_bytes(b.scales);
+  const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(p.scales))));
+  for (int j = 0; j < 8; ++j) scales16[j] = _mm256_shuffle_epi8(sc, _mm256_set1_epi16(static_cast<short>(0x0202 * j + 0x0100)));
+  const __m256 dmin_m =
+      _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(p.mins)))));
+  for (int t = 0; t < NT; ++t) {
+    const auto tt = static_cast<std::size_t>(t);
+    const std::int8_t* xq = xa.q_row(tt) + 256 * sb;
+    __m256i dots[8];
+    for (int j = 0; j < 8; ++j) dots[j] = kquant_dot(q[j], q[j], xq + 32 * j, scales16[j], false);
+    const __m256 dx = _mm256_loadu_ps(xa.d_row(tt) + 8 * sb);
+    const __m256 sums = _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.sum_row(tt) + 8 * sb)));
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8(dots)), _mm256_mul_ps(d, dx), acc[t]);
+    acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin_m, dx), sums, acc[t]);
+  }
+}
+
+// Super-block sb of a Q6_K row against NT tokens.
+template <int NT>
+STREAMLLM_AVX2 inline void q6k_super_block(const quant::BlockQ6K& b, const QuantizedActivations::Slice& xa, std::size_t sb,
+                                           __m256 (&acc)[NT]) {
+  const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
+  const __m256i off = _mm256_set1_epi8(32);
+  __m256i q[8], scales16[8];
+  q6k_quants(b, q);
+  // The sixteen scales as int16, the first eight in both halves of `lo`, the
+  // last eight in both of `hi`: block j's two sub-blocks of 16 (scales 2j and
+  // 2j + 1) fill its vector's halves by one byte shuffle.
+  const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
+  const __m256i lo = _mm256_permute2x128_si256(s16, s16, 0x00), hi = _mm256_permute2x128_si256(s16, s16, 0x11);
+  __m256i q_abs[8];
+  for (int j = 0; j < 8; ++j) {
+    q[j] = _mm256_sub_epi8(q[j], off);  // -32..31
+    q_abs[j] = _mm256_sign_epi8(q[j], q[j]);
+    const int k = 2 * (j % 4);  // int16 lanes k and k + 1 of lo or hi
+    const __m256i pick = _mm256_set_m128i(_mm_set1_epi16(static_cast<short>(0x0202 * (k + 1) + 0x0100)),
+                                          _mm_set1_epi16(static_cast<short>(0x0202 * k + 0x0100)));
+    scales16[j] = _mm256_shuffle_epi8(j < 4 ? lo : hi, pick);
+  }
+  for (int t = 0; t < NT; ++t) {
+    const auto tt = static_cast<std::size_t>(t);
+    const std::int8_t* xq = xa.q_row(tt) + 256 * sb;
+    __m256i dots[8];
+    for (int j = 0; j < 8; ++j) dots[j] = kquant_dot(q_abs[j], q[j], xq + 32 * j, scales16[j], true);
+    const __m256 dx = _mm256_loadu_ps(xa.d_row(tt) + 8 * sb);
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8(dots)), _mm256_mul_ps(d, dx), acc[t]);
+  }
+}
+
+// Rows [r0, r1) of a Q4_K, Q5_K or Q6_K matrix against NT tokens.
+template <int NT>
+STREAMLLM_AVX2 inline void gemv_kquant_rows(DType type, std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
+                                            const QuantizedActivations::Slice& xa, float* y, std::size_t ldy) {
+  const std::size_t super_blocks = xa.cols() / 256;
+  for (std::size_t r = r0; r < r1; ++r) {
+    __m256 acc[NT];
+    for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+    const std::byte* row = w + r * row_bytes;
+    for (std::size_t sb = 0; sb < super_blocks; ++sb) {
+      if (type == DType::Q4_K)
+        q4k_super_block<NT>(reinterpret_cast<const quant::BlockQ4K*>(row)[sb], xa, sb, acc);
+      else if (type == DType::Q5_K)
+        q4k_super_block<NT>(reinterpret_cast<const quant::BlockQ5K*>(row)[sb], xa, sb, acc);
+      else
+        q6k_super_block<NT>(reinterpret_cast<const quant::BlockQ6K*>(row)[sb], xa, sb, acc);
+    }
+    for (int t = 0; t < NT; ++t) y[static_cast<std::size_t>(t) * ldy + r] = hsum(acc[t]);
+  }
+}
+
+}  // namespace streamllm::kernels::avx2
+
+#endif  // STREAMLLM_HAVE_AVX2_KERNELS

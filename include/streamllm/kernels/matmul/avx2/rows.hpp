@@ -1,0 +1,135 @@
+// The AVX2 rows of the kernel table (kernel.hpp), for x86 CPUs without
+// AVX-512 (or whose hypervisor hides it).
+//
+// Decode: F16 and BF16 widened to f32; the blocks of 32 and the K-quants
+// against int8 activations (vpmaddubsw). Prefill: the int8 tiles for all of
+// them but F16, BF16 and Q8_0 (whose pair sums would saturate, int8_tiles.hpp),
+// which take the f32 tiles over rows converted by the AVX2 converters; F32
+// takes the portable row.
+//
+// The tiles work in groups of 16 tokens and a group costs much of its price
+// however few of its tokens are real (the f32 tiles convert every weight of
+// the group's rows; both read them), while the decode kernels, in passes of
+// 4 over rows still in L2, cost one read of the weights plus a little per
+// token. So up to a limit the tokens go to the decode kernels whole (8 for
+// the types on the int8 tiles, 12 for the others), and past whole groups a
+// rest of up to a quarter group goes to them too: the limits are where the
+// two cost the same (docs/kernel-measurements.md).
+#pragma once
+
+#include <cstddef>
+#include <span>
+
+#include "streamllm/kernels/matmul/kernel.hpp"
+#include "streamllm/kernels/matmul/portable/rows.hpp"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include "streamllm/kernels/matmul/avx2/float_rows.hpp"
+#include "streamllm/kernels/matmul/avx2/int8_blocks.hpp"
+#include "streamllm/kernels/matmul/avx2/int8_tiles.hpp"
+#include "streamllm/kernels/matmul/avx2/kquants.hpp"
+#endif
+
+namespace streamllm::kernels::avx2 {
+
+#ifdef STREAMLLM_HAVE_AVX2_KERNELS
+
+inline constexpr std::size_t kFloatTileDecodeTokens = 12;
+inline constexpr std::size_t kInt8TileDecodeTokens = 8;
+
+template <class Row>
+inline void decode_widened(const TensorView& w, std::size_t r0, std::size_t r1, const DecodeInput& in, std::size_t n, float* y,
+                           std::size_t ldy) {
+  const auto stride = static_cast<std::size_t>(w.row_stride), k = static_cast<std::size_t>(w.cols);
+  in_token_passes(n, [&]<int NT>(std::size_t t0) {
+    gemv_widen_rows<Row, NT>(r0, r1, w.data, stride, k, in.x + t0 * in.ldx, in.ldx, y + t0 * ldy, ldy);
+  });
+}
+
+template <class Row>
+inline void decode_blocks(const TensorView& w, std::size_t r0, std::size_t r1, const DecodeInput& in, std::size_t n, float* y,
+                          std::size_t ldy) {
+  const auto stride = static_cast<std::size_t>(w.row_stride);
+  in_token_passes(
+      n, [&]<int NT>(std::size_t t0) { gemv_int8_rows<Row, NT>(r0, r1, w.data, stride, in.xa->slice(t0), y + t0 * ldy, ldy); });
+}
+
+inline void decode_kquant(const TensorView& w, std::size_t r0, std::size_t r1, const DecodeInput& in, std::size_t n, float* y,
+                          std::size_t ldy) {
+  const auto stride = static_cast<std::size_t>(w.row_stride);
+  in_token_passes(n, [&]<int NT>(std::size_t t0) {
+    gemv_kquant_rows<NT>(w.type, r0, r1, w.data, stride, in.xa->slice(t0), y + t0 * ldy, ldy);
+  });
+}
+
+inline void row_to_f32(DType t, const std::byte* src, std::size_t cols, float* dst) {
+  if (!dequantize_row_f32(t, src, cols, dst)) scalar_row_to_f32(t, src, cols, dst);
+}
+
+// Every format of the int8 tiles takes the same packed tokens.
+inline const void* pack_int8_tokens(const float* x, std::size_t ldx, std::size_t n, std::size_t k) {
+  return pack_tokens<GemmInt8<Int8Blocks, 8, 8>>(x, ldx, n, k);
+}
+
+// The int8 tiles of Format, with Run quads' pair sums in int16 and the quants' offset.
+template <class Format, std::size_t Run, int Offset>
+inline void prefill_int8_packed(const TensorView& w, const void* packed, std::size_t n, float* y, std::size_t ldy) {
+  gemm_packed<GemmInt8<Format, Run, Offset>>(Int8Rows<Format>{&w}, static_cast<std::size_t>(w.rows),
+                                             static_cast<std::size_t>(w.cols), static_cast<const std::uint8_t*>(packed), n, y,
+                                             ldy);
+}
+template <class Format, std::size_t Run, int Offset>
+inline void prefill_int8(const TensorView& w, const float* x, std::size_t n, std::size_t ldx, float* y, std::size_t ldy) {
+  prefill_int8_packed<Format, Run, Offset>(w, pack_int8_tokens(x, ldx, n, static_cast<std::size_t>(w.cols)), n, y, ldy);
+}
+
+// A type on the f32 tiles, its decode kernel taking up to 12 tokens.
+constexpr MatmulKernel float_tile_row(DType t, DecodeRowsFn decode, DecodeRowsFn twin, ActivationLayout activations,
+                                      QuantizeTokensFn quantize) {
+  return {.type = t,
+          .isa = Isa::Avx2,
+          .decode = decode,
+          .decode_tokens = kFloatTileDecodeTokens,
+          .activations = activations,
+          .quantize = quantize,
+          .twin = twin,
+          .prefill = prefill_f32_tiles<GemmF32, row_to_f32>,
+          .tile_tokens = GemmF32::kTok};
+}
+
+// A type on the int8 tiles of Format (Run, Offset), its decode kernel against int8 activations.
+template <class Format, std::size_t Run, int Offset>
+constexpr MatmulKernel int8_tile_row(DType t, DecodeRowsFn decode, DecodeRowsFn twin) {
+  return {.type = t,
+          .isa = Isa::Avx2,
+          .decode = decode,
+          .decode_tokens = kInt8TileDecodeTokens,
+          .activations = ActivationLayout::Int8Blocks,
+          .quantize = portable::quantize_tokens,
+          .twin = twin,
+          .tiles = Tiles::Int8,
+          .prefill = prefill_int8<Format, Run, Offset>,
+          .pack = pack_int8_tokens,
+          .prefill_packed = prefill_int8_packed<Format, Run, Offset>,
+          .tile_tokens = kInt8Tok};
+}
+
+inline constexpr MatmulKernel kRows[] = {
+    float_tile_row(DType::F16, decode_widened<F16Row>, portable::decode_any, ActivationLayout::Float, nullptr),
+    float_tile_row(DType::BF16, decode_widened<BF16Row>, portable::decode_any, ActivationLayout::Float, nullptr),
+    float_tile_row(DType::Q8_0, decode_blocks<Q8_0Row>, portable::decode_q8_0, ActivationLayout::Int8Blocks,
+                   portable::quantize_tokens),
+    int8_tile_row<Int8Blocks, 8, 8>(DType::Q4_0, decode_blocks<Q4_0Row>, portable::decode_q4_0),
+    int8_tile_row<Int8Blocks, 4, 16>(DType::Q5_0, decode_blocks<Q5_0Row>, portable::decode_unsigned_blocks),
+    int8_tile_row<Int8Q4K, 8, 0>(DType::Q4_1, decode_blocks<Q4_1Row>, portable::decode_unsigned_blocks),
+    int8_tile_row<Int8Q4K, 4, 0>(DType::Q5_1, decode_blocks<Q5_1Row>, portable::decode_unsigned_blocks),
+    int8_tile_row<Int8Q4K, 8, 0>(DType::Q4_K, decode_kquant, portable::decode_kquant),
+    int8_tile_row<Int8Q4K, 4, 0>(DType::Q5_K, decode_kquant, portable::decode_kquant),
+    int8_tile_row<Int8Q6K, 2, 32>(DType::Q6_K, decode_kquant, portable::decode_kquant),
+};
+
+#else
+inline constexpr std::span<const MatmulKernel> kRows{};
+#endif
+
+}  // namespace streamllm::kernels::avx2

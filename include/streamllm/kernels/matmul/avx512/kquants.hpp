@@ -1,0 +1,158 @@
+// AVX-512 decode of K-quant rows (Q4_K, Q5_K, Q6_K) against int8 activations (VNNI).
+#pragma once
+
+#include "streamllm/kernels/matmul/avx512/isa.hpp"
+
+#ifdef STREAMLLM_HAVE_AVX512_KERNELS
+STREAMLLM_BEGIN_AVX512_INTRINSICS
+
+namespace streamllm::kernels::avx512 {
+
+// ---- K-quants x int8 activations (VNNI) ------------------------------------------
+//
+// A super-block's quants made unsigned bytes in element order, four vectors of
+// 64, for vpdpbusd against the token's int8 activations; each int32 lane (4
+// elements) is then scaled by its sub-block's scale times its activation
+// block's scale (d_lanes: 8 lanes per block of 32).
+// Q4_K: x = d sc q - dmin m, q in [0, 16): the mins' part is, per sub-block,
+// dmin m times the activation block's d * sum, eight per super-block. Q5_K
+// is Q4_K with q in [0, 32).
+// Q6_K: x = d sc (q - 32), q in [0, 64), sub-blocks of 16 (four lanes): the
+// offset is taken back per lane, 32 times the sum of its 4 activations.
+
+// The 8 scales (times d, in lanes 0-7) and mins (times dmin) of a Q4_K or
+// Q5_K block, from their 6-bit packing.
+template <class Block>
+STREAMLLM_AVX512 inline void q4k_scales_mins(const Block& b, __m512& scales, __m256& mins) {
+  const quant::Q4KScalesMins p = quant::q4k_scales_mins_bytes(b.scales);
+  const __m128i sc = _mm_cvtsi64_si128(static_cast<long long>(p.scales)), m = _mm_cvtsi64_si128(static_cast<long long>(p.mins));
+  scales = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b.d)), _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc)));
+  mins = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.dmin)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m)));
+}
+
+// Q4_K quants: chunk c of 32 bytes holds elements 64c + [0, 32) in its low
+// nibbles and 64c + [32, 64) in its high ones.
+STREAMLLM_AVX512 inline void q4k_quants(const std::uint8_t* qs, __m512i q[4]) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  for (int p = 0; p < 2; ++p) {
+    const __m512i a = _mm512_loadu_si512(qs + 64 * p);  // chunks 2p, 2p + 1
+    const __m512i lo = _mm512_and_si512(a, m4), hi = _mm512_and_si512(_mm512_srli_epi16(a, 4), m4);
+    q[2 * p] = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(1, 0, 1, 0));
+    q[2 * p + 1] = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(3, 2, 3, 2));
+  }
+}
+
+// Q5_K quants: Q4_K's nibbles plus 16 where the fifth bit is set, bit 2c of
+// qh[l] for element 64c + l and bit 2c + 1 for 64c + 32 + l.
+STREAMLLM_AVX512 inline void q5k_quants(const quant::BlockQ5K& b, __m512i q[4]) {
+  q4k_quants(b.qs, q);
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
+  const __m512i h2 = _mm512_inserti64x4(_mm512_castsi256_si512(h), _mm256_srli_epi16(h, 1), 1);  // bit 2c: both halves
+  const __m512i sixteen = _mm512_set1_epi8(16);
+  for (int c = 0; c < 4; ++c)
+    q[c] =
+        _mm512_mask_add_epi8(q[c], _mm512_test_epi8_mask(h2, _mm512_set1_epi8(static_cast<char>(1 << (2 * c)))), q[c], sixteen);
+}
+
+// Q6_K quants (q + 32): half n holds elements 128n + [0, 128): ql's 64 bytes
+// give the low 4 bits (low nibbles: the first 64, high: the next), qh's 32
+// bytes the top 2 (bit pairs 0, 1, 2, 3 for its four runs of 32).
+STREAMLLM_AVX512 inline void q6k_quants(const quant::BlockQ6K& b, __m512i q[4]) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x03);
+  for (int n = 0; n < 2; ++n) {
+    const __m512i a = _mm512_loadu_si512(b.ql + 64 * n);
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * n));
+    const __m512i h2 = _mm512_inserti64x4(_mm512_castsi256_si512(h), _mm256_srli_epi16(h, 2), 1);
+    q[2 * n] = _mm512_or_si512(_mm512_and_si512(a, m4), _mm512_slli_epi16(_mm512_and_si512(h2, m2), 4));
+    q[2 * n + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(a, 4), m4),
+                                   _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h2, 4), m2), 4));
+  }
+}
+
+// Lane l of vector v of a super-block lies in Q4_K / Q5_K sub-block 2v + l / 8
+// and in Q6_K sub-block 4v + l / 4: the scale each lane takes.
+STREAMLLM_AVX512 inline __m512i kquant_lane_scale_index(DType t, int v) {
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  return t != DType::Q6_K ? _mm512_add_epi32(_mm512_set1_epi32(2 * v), _mm512_srli_epi32(lane, 3))
+                          : _mm512_add_epi32(_mm512_set1_epi32(4 * v), _mm512_srli_epi32(lane, 2));
+}
+
+// Row r of a K-quant matrix against NT tokens' int8 activations; index[v]
+// is kquant_lane_scale_index(T, v). The type is a template parameter, so the
+// block's size is known: its prefetches are unrolled instead of a loop with
+// a branch per block, and the choice of type is made once per call.
+template <DType T, int NT>
+STREAMLLM_AVX512 inline void gemv_kquant_int8_row(const std::byte* w, std::size_t row_bytes, const QuantizedActivations& xa,
+                                                  const __m512i (&index)[4], float* y, std::size_t ldy, std::size_t r) {
+  constexpr bool q4k = T != DType::Q6_K;  // Q4_K or Q5_K: affine, sub-blocks of 32
+  using Block = std::conditional_t<T == DType::Q4_K, quant::BlockQ4K, std::conditional_t<q4k, quant::BlockQ5K, quant::BlockQ6K>>;
+  const __m512i offset = _mm512_set1_epi8(32);
+  // Two accumulators a token (even and odd vectors of a super-block): one
+  // would chain four FMA latencies per super-block, which one token's Q4_K
+  // waits on.
+  __m512 acc[NT][2];
+  __m256 min_acc[NT];
+  for (int j = 0; j < NT; ++j) {
+    acc[j][0] = acc[j][1] = _mm512_setzero_ps();
+    min_acc[j] = _mm256_setzero_ps();
+  }
+  const std::byte* row = w + r * row_bytes;
+  for (std::size_t sb = 0; sb < xa.cols / 256; ++sb) {
+    const auto& b = *reinterpret_cast<const Block*>(row + sb * sizeof(Block));
+    prefetch_ahead(row + sb * sizeof(Block) + kInt8PrefetchBytes, sizeof(Block));
+    __m512i q[4];
+    __m512 scales;
+    __m256 mins = _mm256_setzero_ps();
+    if constexpr (q4k) {
+      q4k_scales_mins(b, scales, mins);
+      if constexpr (T == DType::Q4_K)
+        q4k_quants(b.qs, q);
+      else
+        q5k_quants(b, q);
+    } else {
+      scales =
+          _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b.d)),
+                        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)))));
+      q6k_quants(b, q);
+    }
+    for (int j = 0; j < NT; ++j) {
+      const std::int8_t* xq = xa.q_row(static_cast<std::size_t>(j)) + 256 * sb;
+      const float* xd = xa.d_lanes_row(static_cast<std::size_t>(j)) + 64 * sb;  // 4 pairs of blocks
+      for (int v = 0; v < 4; ++v) {
+        const __m512i x = _mm512_loadu_si512(xq + 64 * v);
+        __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[v], x);
+        if constexpr (!q4k) dot = _mm512_sub_epi32(dot, _mm512_dpbusd_epi32(_mm512_setzero_si512(), offset, x));
+        const __m512 scale = _mm512_mul_ps(_mm512_permutexvar_ps(index[v], scales), _mm512_load_ps(xd + 16 * v));
+        acc[j][v % 2] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[j][v % 2]);
+      }
+      if constexpr (q4k) {
+        min_acc[j] = _mm256_fmadd_ps(mins, _mm256_loadu_ps(xa.dsum_row(static_cast<std::size_t>(j)) + 8 * sb), min_acc[j]);
+      }
+    }
+  }
+  // The mins' eight lanes are taken from the sums before the one horizontal
+  // sum a row needs (rows of 2048 are only 8 super-blocks).
+  for (int j = 0; j < NT; ++j)
+    y[static_cast<std::size_t>(j) * ldy + r] =
+        hsum(_mm512_sub_ps(_mm512_add_ps(acc[j][0], acc[j][1]), _mm512_zextps256_ps512(min_acc[j])));
+}
+
+template <int NT>
+STREAMLLM_AVX512 inline void gemv_kquant_int8_rows(DType t, std::size_t r0, std::size_t r1, const std::byte* w,
+                                                   std::size_t row_bytes, const QuantizedActivations& xa, float* y,
+                                                   std::size_t ldy) {
+  const __m512i index[4] = {kquant_lane_scale_index(t, 0), kquant_lane_scale_index(t, 1), kquant_lane_scale_index(t, 2),
+                            kquant_lane_scale_index(t, 3)};
+  if (t == DType::Q4_K)
+    for (std::size_t r = r0; r < r1; ++r) gemv_kquant_int8_row<DType::Q4_K, NT>(w, row_bytes, xa, index, y, ldy, r);
+  else if (t == DType::Q5_K)
+    for (std::size_t r = r0; r < r1; ++r) gemv_kquant_int8_row<DType::Q5_K, NT>(w, row_bytes, xa, index, y, ldy, r);
+  else
+    for (std::size_t r = r0; r < r1; ++r) gemv_kquant_int8_row<DType::Q6_K, NT>(w, row_bytes, xa, index, y, ldy, r);
+}
+
+}  // namespace streamllm::kernels::avx512
+
+STREAMLLM_END_AVX512_INTRINSICS
+
+#endif  // STREAMLLM_HAVE_AVX512_KERNELS

@@ -1,0 +1,192 @@
+// The AVX-512 rows of the kernel table (kernel.hpp), for CPUs with AVX-512
+// BF16 and VNNI (runtime/cpu_features.hpp, Isa::Avx512Bf16Vnni).
+//
+// Decode: float rows (F32, and F16 / BF16 widened) against the tokens as
+// they are, up to 16 tokens in passes of 8; every quantised type against
+// int8 activations (vpdpbusd), Q8_0 and Q4_0 up to 16 tokens in 16-block
+// groups (their rows repacked at load, quant/interleaved.hpp), the others
+// up to 4. Prefill: the int8 tiles for every quantised type; BF16 on the bf16
+// tiles where vdpbf16ps is full rate (bf16_tiles(): AMD), elsewhere (Intel)
+// with F32 and F16 on the f32 tiles, rows widened a block at a time.
+#pragma once
+
+#include <cstddef>
+#include <span>
+
+#include "streamllm/kernels/matmul/kernel.hpp"
+#include "streamllm/kernels/matmul/portable/rows.hpp"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include "streamllm/kernels/matmul/avx512/activations.hpp"
+#include "streamllm/kernels/matmul/avx512/float_rows.hpp"
+#include "streamllm/kernels/matmul/avx512/float_tiles.hpp"
+#include "streamllm/kernels/matmul/avx512/int8_blocks.hpp"
+#include "streamllm/kernels/matmul/avx512/int8_tiles.hpp"
+#include "streamllm/kernels/matmul/avx512/kquants.hpp"
+#include "streamllm/kernels/matmul/avx512/unsigned_blocks.hpp"
+#endif
+
+namespace streamllm::kernels::avx512 {
+
+#ifdef STREAMLLM_HAVE_AVX512_KERNELS
+
+// Float rows up to 8 tokens at once, and up to 16 in passes of 8 over rows
+// the first pass left in L2; BF16's tiles are the faster from 9 tokens where
+// it takes them. Q8_0 / Q4_0 groups up to 16.
+inline constexpr std::size_t kFloatDecodeTokens = 16;
+inline constexpr std::size_t kBf16TileDecodeTokens = 8;
+inline constexpr std::size_t kGroupDecodeTokens = 16;
+
+template <class Row>
+inline void decode_widened(const TensorView& w, std::size_t r0, std::size_t r1, const DecodeInput& in, std::size_t n, float* y,
+                           std::size_t ldy) {
+  const auto stride = static_cast<std::size_t>(w.row_stride), k = static_cast<std::size_t>(w.cols);
+  constexpr std::size_t kPass = 8;
+  for (std::size_t t0 = 0; t0 < n; t0 += kPass) {
+    const float* xt = in.x + t0 * in.ldx;
+    float* yt = y + t0 * ldy;
+    with_tokens8(std::min(kPass, n - t0),
+                 [&]<int NT>() { gemv_widen_rows<Row, NT>(r0, r1, w.data, stride, k, xt, in.ldx, yt, ldy); });
+  }
+}
+
+template <class Row>
+inline void decode_blocks(const TensorView& w, std::size_t r0, std::size_t r1, const DecodeInput& in, std::size_t n, float* y,
+                          std::size_t ldy) {
+  gemv_int8_rows<Row>(r0, r1, w.data, static_cast<std::size_t>(w.row_stride), in.xa, n, y, ldy);
+}
+
+inline void decode_kquant(const TensorView& w, std::size_t r0, std::size_t r1, const DecodeInput& in, std::size_t n, float* y,
+                          std::size_t ldy) {
+  const auto stride = static_cast<std::size_t>(w.row_stride);
+  with_token_count(n, [&]<int NT>() { gemv_kquant_int8_rows<NT>(w.type, r0, r1, w.data, stride, *in.xa, y, ldy); });
+}
+
+template <class Block>
+inline void decode_unsigned_blocks(const TensorView& w, std::size_t r0, std::size_t r1, const DecodeInput& in, std::size_t n,
+                                   float* y, std::size_t ldy) {
+  const auto stride = static_cast<std::size_t>(w.row_stride);
+  with_token_count(n, [&]<int NT>() { gemv_unsigned_blocks_rows<Block, NT>(r0, r1, w.data, stride, *in.xa, y, ldy); });
+}
+
+inline const QuantizedActivations* quantize_tokens(const float* x, std::size_t ldx, std::size_t n, std::size_t k) {
+  static thread_local QuantizedActivations xa;
+  quantize_activations_avx512(x, ldx, n, k, xa);
+  return &xa;
+}
+
+// The tokens quantised, then interleaved for the 16-block groups of Row's rows.
+template <class Row>
+inline const QuantizedActivations* quantize_tokens_for_groups(const float* x, std::size_t ldx, std::size_t n, std::size_t k) {
+  static thread_local QuantizedActivations xa;
+  quantize_activations_avx512(x, ldx, n, k, xa);
+  interleave_groups_avx512(xa, Row::kGroupShift);
+  return &xa;
+}
+
+inline void row_to_f32(DType t, const std::byte* src, std::size_t cols, float* dst) {
+  if (!dequantize_row_f32(t, src, cols, dst)) scalar_row_to_f32(t, src, cols, dst);
+}
+
+// BF16 rows on the bf16 tiles (k even: the tiles take pairs of k).
+inline void prefill_bf16(const TensorView& w, const float* x, std::size_t n, std::size_t ldx, float* y, std::size_t ldy) {
+  const auto m = static_cast<std::size_t>(w.rows), k = static_cast<std::size_t>(w.cols);
+  if (k % 2 != 0) return gemm<GemmF32>(DequantRowsF32{&w, row_to_f32}, m, k, x, ldx, n, y, ldy);
+  gemm<GemmBf16>(CopyRows<std::uint16_t>{reinterpret_cast<const std::uint16_t*>(w.data), k}, m, k, x, ldx, n, y, ldy);
+}
+
+// Every format of the int8 tiles takes the same packed tokens.
+inline const void* pack_int8_tokens(const float* x, std::size_t ldx, std::size_t n, std::size_t k) {
+  return pack_tokens<GemmInt8<Int8Blocks>>(x, ldx, n, k);
+}
+
+template <class Format>
+inline void prefill_int8_packed(const TensorView& w, const void* packed, std::size_t n, float* y, std::size_t ldy) {
+  gemm_packed<GemmInt8<Format>>(Int8Rows<Format>{&w}, static_cast<std::size_t>(w.rows), static_cast<std::size_t>(w.cols),
+                                static_cast<const std::uint8_t*>(packed), n, y, ldy);
+}
+template <class Format>
+inline void prefill_int8(const TensorView& w, const float* x, std::size_t n, std::size_t ldx, float* y, std::size_t ldy) {
+  prefill_int8_packed<Format>(w, pack_int8_tokens(x, ldx, n, static_cast<std::size_t>(w.cols)), n, y, ldy);
+}
+
+// Q8_0 / Q4_0 rows to their 16-block groups (quant/interleaved.hpp).
+inline void repack_groups(const TensorView& from, std::byte* to) {
+  const auto stride = static_cast<std::size_t>(from.row_stride);
+#pragma omp parallel for schedule(static) if (!omp_in_parallel())
+  for (std::int64_t r = 0; r < from.rows; ++r)
+    interleave_row_avx512(from.type, from.row(r), to + static_cast<std::size_t>(r) * stride, static_cast<std::size_t>(from.cols));
+}
+
+inline bool full_rate_bf16() { return bf16_tiles(); }
+
+inline constexpr PrefillFn kF32Tiles = prefill_f32_tiles<GemmF32Transposed, row_to_f32>;
+
+constexpr MatmulKernel float_row(DType t, DecodeRowsFn decode) {
+  return {.type = t,
+          .isa = Isa::Avx512Bf16Vnni,
+          .decode = decode,
+          .decode_tokens = kFloatDecodeTokens,
+          .twin = portable::decode_any,
+          .prefill = kF32Tiles};
+}
+
+// A quantised type on the int8 tiles of Format.
+template <class Format>
+constexpr MatmulKernel int8_row(DType t, DecodeRowsFn decode, DecodeRowsFn twin, std::size_t decode_tokens = kMaxGemvTokens,
+                                ActivationLayout activations = ActivationLayout::Int8Blocks,
+                                QuantizeTokensFn quantize = quantize_tokens) {
+  return {.type = t,
+          .isa = Isa::Avx512Bf16Vnni,
+          .decode = decode,
+          .decode_tokens = decode_tokens,
+          .activations = activations,
+          .quantize = quantize,
+          .twin = twin,
+          .tiles = Tiles::Int8,
+          .prefill = prefill_int8<Format>,
+          .pack = pack_int8_tokens,
+          .prefill_packed = prefill_int8_packed<Format>};
+}
+
+// Q8_0 or Q4_0 (Row: the file's layout, or the groups it is repacked to at load).
+template <class Row>
+constexpr MatmulKernel group_row(DType t, DecodeRowsFn twin, ActivationLayout activations, DType repacked_type = DType::F32) {
+  MatmulKernel row =
+      int8_row<Int8Blocks>(t, decode_blocks<Row>, twin, kGroupDecodeTokens, activations, quantize_tokens_for_groups<Row>);
+  if (repacked_type != DType::F32) {
+    row.repack = repack_groups;
+    row.repacked_type = repacked_type;
+  }
+  return row;
+}
+
+inline constexpr MatmulKernel kRows[] = {
+    float_row(DType::F32, decode_widened<F32Row>),
+    float_row(DType::F16, decode_widened<F16Row>),
+    {.type = DType::BF16,
+     .isa = Isa::Avx512Bf16Vnni,
+     .applies = full_rate_bf16,
+     .decode = decode_widened<BF16Row>,
+     .decode_tokens = kBf16TileDecodeTokens,
+     .twin = portable::decode_any,
+     .tiles = Tiles::Bf16,
+     .prefill = prefill_bf16},
+    float_row(DType::BF16, decode_widened<BF16Row>),
+    group_row<Q8_0Row>(DType::Q8_0, portable::decode_q8_0, ActivationLayout::Int8GroupsQ8_0, DType::Q8_0x16),
+    group_row<Q4_0Row>(DType::Q4_0, portable::decode_q4_0, ActivationLayout::Int8GroupsQ4_0, DType::Q4_0x16),
+    group_row<Q8_0x16Row>(DType::Q8_0x16, portable::decode_q8_0, ActivationLayout::Int8GroupsQ8_0),
+    group_row<Q4_0x16Row>(DType::Q4_0x16, portable::decode_q4_0, ActivationLayout::Int8GroupsQ4_0),
+    int8_row<Int8Blocks>(DType::Q5_0, decode_unsigned_blocks<quant::BlockQ5_0>, portable::decode_unsigned_blocks),
+    int8_row<Int8Q4K>(DType::Q4_1, decode_unsigned_blocks<quant::BlockQ4_1>, portable::decode_unsigned_blocks),
+    int8_row<Int8Q4K>(DType::Q5_1, decode_unsigned_blocks<quant::BlockQ5_1>, portable::decode_unsigned_blocks),
+    int8_row<Int8Q4K>(DType::Q4_K, decode_kquant, portable::decode_kquant),
+    int8_row<Int8Q4K>(DType::Q5_K, decode_kquant, portable::decode_kquant),
+    int8_row<Int8Q6K>(DType::Q6_K, decode_kquant, portable::decode_kquant),
+};
+
+#else
+inline constexpr std::span<const MatmulKernel> kRows{};
+#endif
+
+}  // namespace streamllm::kernels::avx512
