@@ -3,10 +3,10 @@
 set -euo pipefail
 # libclang-rt-14-dev holds the sanitizer and libFuzzer runtimes: clang only
 # recommends it, so a fresh machine may lack it unless it is named.
-packages=(build-essential cmake pkg-config clang clang-tidy libclang-rt-14-dev libomp-dev
+packages=(build-essential cmake ninja-build pkg-config clang clang-tidy libclang-rt-14-dev libomp-dev
   libeigen3-dev libxsimd-dev xtl-dev libsentencepiece-dev
   catch2 libbenchmark-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
-  libboost-dev libedit-dev)
+  libboost-dev libedit-dev libopenmpi-dev openmpi-bin)
 # Node and npm run the OpenAI SDK tests; Debian's packages when the machine has none.
 command -v node >/dev/null 2>&1 || packages+=(nodejs)
 command -v npm >/dev/null 2>&1 || packages+=(npm)

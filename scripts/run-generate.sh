@@ -19,6 +19,11 @@ MSG
 fi
 
 build="${STREAMLLM_BUILD_DIR:-$root/build}"
+# A folder an older version configured for Makefiles is configured again:
+# the presets build with Ninja, and CMake refuses to switch in place.
+if [ -f "$build/CMakeCache.txt" ] && ! grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja$' "$build/CMakeCache.txt"; then
+  rm -rf "$build/CMakeCache.txt" "$build/CMakeFiles"
+fi
 cmake -S "$root" --preset release -B "$build" -DSTREAMLLM_DATA_DIR="$data" >/dev/null
 cmake --build "$build" --target generate -j"$(nproc)"
 STREAMLLM_DATA_DIR="$data" "$build/examples/generate" "$@"

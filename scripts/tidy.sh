@@ -13,6 +13,14 @@ template class streamllm::Llama<streamllm::presets::Stories260K>;
 template class streamllm::BatchScheduler<streamllm::presets::Stories260K>;
 template class streamllm::ChatSession<streamllm::presets::Stories260K>;
 template class streamllm::serve::BatchEngine<streamllm::presets::Stories260K>;
+template class streamllm::Llama<streamllm::TensorShard<streamllm::presets::Stories260K, 2>>;
+template class streamllm::parallel::MpiShardLink<streamllm::TensorShard<streamllm::presets::Stories260K, 2>>;
+template class streamllm::parallel::TensorParallelModel<streamllm::presets::Stories260K, 2>;
 CPP
 } > "$unit"
-clang-tidy --quiet "$unit" -- -std=c++20 -fopenmp -march=x86-64-v3 -I"$root/include" -isystem /usr/include/eigen3 "$@"
+# MPI's headers (parallel/), as system headers: from the compiler wrapper.
+mpi=()
+for flag in $(mpicxx --showme:compile); do
+  case "$flag" in -I*) mpi+=(-isystem "${flag#-I}") ;; *) mpi+=("$flag") ;; esac
+done
+clang-tidy --quiet "$unit" -- -std=c++20 -fopenmp -march=x86-64-v3 -I"$root/include" -isystem /usr/include/eigen3 "${mpi[@]}" "$@"

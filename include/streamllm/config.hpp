@@ -52,6 +52,7 @@ struct LlamaConfig {
   static_assert(Heads % KVHeads == 0, "Heads must be divisible by KVHeads (grouped-query attention)");
 
   static constexpr int HeadDim = Dim / Heads;
+  static constexpr int QDim = Heads * HeadDim;  // Dim; a tensor-parallel shard's is its heads' share (shard/)
   static constexpr int KVDim = KVHeads * HeadDim;
   static constexpr int GroupSize = Heads / KVHeads;  // query heads per kv head
 

@@ -38,6 +38,7 @@
 #include "streamllm/kernels/ops/rope.hpp"
 #include "streamllm/kernels/ops/silu_gate.hpp"
 #include "streamllm/memory.hpp"
+#include "streamllm/shard/shard_link.hpp"
 #include "streamllm/weights.hpp"
 
 namespace streamllm {
@@ -46,15 +47,13 @@ template <class Config>
 class Llama {
  public:
   using Cache = KVCacheBase<Config>;
-  static constexpr std::size_t D = Config::Dim, H = Config::HiddenDim, KV = Config::KVDim, HD = Config::HeadDim,
-                               V = Config::Vocab;
+  // QD is D but in a shard of a model split across processes (shard/), which
+  // holds only its own heads (and H then bounds its hidden slice).
+  static constexpr std::size_t D = Config::Dim, H = Config::HiddenDim, QD = Config::QDim, KV = Config::KVDim,
+                               HD = Config::HeadDim, V = Config::Vocab;
 
   // One sequence's part of a forward call: its cache and the tokens to append.
-  struct Sequence {
-    Cache* cache = nullptr;
-    std::span<const TokenId> tokens;
-    bool all_logits = false;  // logits of every token, not only the last
-  };
+  using Sequence = ForwardSequence<Config>;
 
   // Logits of a forward call; valid until the next call on this model.
   class Logits {
@@ -81,6 +80,11 @@ class Llama {
   std::uint64_t fingerprint() const { return w_.fingerprint; }
   const HyperParams& hparams() const { return w_.hparams; }
   const kernels::Rope& rope() const { return rope_; }
+
+  // A shard of a split model meets the other ranks' through `link` (which
+  // outlives this model, or is unset before it goes): the layers' partial
+  // sums, the logits, and on the first rank what each forward runs.
+  void set_shard_link(ShardLink<Config>* link) { link_ = link; }
 
   // Longest run of tokens of one call that prefill() computes in one batched
   // pass; longer prompts are cut into chunks of this size.
@@ -144,6 +148,24 @@ class Llama {
     OneCallerAtATime& operator=(const OneCallerAtATime&) = delete;
   };
 
+  // A forward call the other ranks run too, from its start to its end.
+  struct ShardedCall {
+    ShardLink<Config>* link;
+    ShardedCall(ShardLink<Config>* l, std::span<const Sequence> seqs) : link(l) {
+      if (link) link->begin_forward(seqs);
+    }
+    ~ShardedCall() {
+      if (link) link->end_forward();
+    }
+    ShardedCall(const ShardedCall&) = delete;
+    ShardedCall& operator=(const ShardedCall&) = delete;
+  };
+
+  // A layer's output projection: every rank of a split model holds a part of the sum.
+  void sum_over_ranks(float* x, std::size_t n) {
+    if (link_) link_->sum(x, n);
+  }
+
   static void check_tokens(std::span<const TokenId> tokens, std::size_t seq) {
     for (std::size_t i = 0; i < tokens.size(); ++i)
       if (tokens[i] < 0 || tokens[i] >= static_cast<TokenId>(V))
@@ -183,11 +205,11 @@ class Llama {
     tl_ = static_cast<std::size_t>(rope_.table_len());
     grow(x_, R * D);
     grow(xb_, R * D);
-    grow(q_, R * D);
-    grow(q_sink_, R * D);
+    grow(q_, R * QD);
+    grow(q_sink_, R * QD);
     grow(k_, R * KV);
     grow(v_, R * KV);
-    grow(att_, R * D);
+    grow(att_, R * QD);
     grow(hb_, R * H);
     grow(hb2_, R * H);
     grow(rope_cos_, R * tl_);
@@ -224,8 +246,9 @@ class Llama {
   std::vector<AttentionBlock> att_blocks_;
   AlignedVector<float> x_, xb_, q_, q_sink_, k_, v_, att_, hb_, hb2_;
   AlignedVector<float> rope_cos_, rope_sin_, sink_cos_, sink_sin_;
-  AlignedVector<float> logit_in_, logits_;
+  AlignedVector<float> logit_in_, logits_, shard_logits_;
   InForwardFlag in_forward_;
+  ShardLink<Config>* link_ = nullptr;
 };
 
 // The passes are defined out of the class: members defined in it are inline,
@@ -241,6 +264,7 @@ template <class Config>
 typename Llama<Config>::Logits Llama<Config>::forward(std::span<const Sequence> seqs) {
   const OneCallerAtATime guard(in_forward_);
   validate(seqs);
+  const ShardedCall sharded(link_, seqs);
   plan_rows(seqs);
   const std::size_t R = rows_.size();
   if (R == 0) return logits_view();
@@ -262,16 +286,17 @@ template <class Config>
 void Llama<Config>::layer(int l, std::span<const Sequence> seqs) {
   const LayerWeights& lw = w_.layers[static_cast<std::size_t>(l)];
   const std::size_t R = rows_.size();
+  const auto h = static_cast<std::size_t>(lw.w_gate.rows);  // H, or a shard's slice of it
   const float eps = w_.hparams.rms_eps;
 
   for (std::size_t r = 0; r < R; ++r) kernels::rmsnorm(xb_.data() + r * D, x_.data() + r * D, lw.attn_norm, D, eps);
-  const kernels::MatmulTarget qkv[] = {{&lw.wq, q_.data(), D}, {&lw.wk, k_.data(), KV}, {&lw.wv, v_.data(), KV}};
+  const kernels::MatmulTarget qkv[] = {{&lw.wq, q_.data(), QD}, {&lw.wk, k_.data(), KV}, {&lw.wv, v_.data(), KV}};
   kernels::matmul_shared(qkv, xb_.data(), R, D);
   for (std::size_t r = 0; r < R; ++r) {
     // Sink keys are read with the query at its cache position: rotate a copy.
-    std::memcpy(q_sink_.data() + r * D, q_.data() + r * D, D * sizeof(float));
-    kernels::rope_apply(q_sink_.data() + r * D, D, sink_cos_.data() + r * tl_, sink_sin_.data() + r * tl_, tl_);
-    kernels::rope_apply(q_.data() + r * D, D, rope_cos_.data() + r * tl_, rope_sin_.data() + r * tl_, tl_);
+    std::memcpy(q_sink_.data() + r * QD, q_.data() + r * QD, QD * sizeof(float));
+    kernels::rope_apply(q_sink_.data() + r * QD, QD, sink_cos_.data() + r * tl_, sink_sin_.data() + r * tl_, tl_);
+    kernels::rope_apply(q_.data() + r * QD, QD, rope_cos_.data() + r * tl_, rope_sin_.data() + r * tl_, tl_);
     kernels::rope_apply(k_.data() + r * KV, KV, rope_cos_.data() + r * tl_, rope_sin_.data() + r * tl_, tl_);
   }
 
@@ -287,14 +312,16 @@ void Llama<Config>::layer(int l, std::span<const Sequence> seqs) {
     seqs[row.seq].cache->store(l, row.first_pos, n, k_.data() + r * KV, v_.data() + r * KV, KV);
   }
 
-  kernels::matmul(lw.wo, att_.data(), R, D, xb_.data(), D);
+  kernels::matmul(lw.wo, att_.data(), R, QD, xb_.data(), D);
+  sum_over_ranks(xb_.data(), R * D);
   for (std::size_t r = 0; r < R; ++r) kernels::add_inplace(x_.data() + r * D, xb_.data() + r * D, D);
 
   for (std::size_t r = 0; r < R; ++r) kernels::rmsnorm(xb_.data() + r * D, x_.data() + r * D, lw.ffn_norm, D, eps);
-  const kernels::MatmulTarget gate_up[] = {{&lw.w_gate, hb_.data(), H}, {&lw.w_up, hb2_.data(), H}};
+  const kernels::MatmulTarget gate_up[] = {{&lw.w_gate, hb_.data(), h}, {&lw.w_up, hb2_.data(), h}};
   kernels::matmul_shared(gate_up, xb_.data(), R, D);
-  kernels::silu_gate(hb_.data(), hb2_.data(), R * H);
-  kernels::matmul(lw.w_down, hb_.data(), R, H, xb_.data(), D);
+  kernels::silu_gate(hb_.data(), hb2_.data(), R * h);
+  kernels::matmul(lw.w_down, hb_.data(), R, h, xb_.data(), D);
+  sum_over_ranks(xb_.data(), R * D);
   for (std::size_t r = 0; r < R; ++r) kernels::add_inplace(x_.data() + r * D, xb_.data() + r * D, D);
 }
 
@@ -307,10 +334,10 @@ void Llama<Config>::plan_attention(int l, std::span<const Sequence> seqs) {
     std::size_t r1 = r0 + 1;
     while (r1 < rows_.size() && rows_[r1].seq == row.seq && r1 - r0 < AttentionBlock::kMaxRows) ++r1;
     AttentionBlock b;
-    b.q = q_.data() + r0 * D;
-    b.q_sink = q_sink_.data() + r0 * D;
-    b.out = att_.data() + r0 * D;
-    b.ld = D;
+    b.q = q_.data() + r0 * QD;
+    b.q_sink = q_sink_.data() + r0 * QD;
+    b.out = att_.data() + r0 * QD;
+    b.ld = QD;
     b.first_pos = row.pos;
     b.rows = static_cast<int>(r1 - r0);
     b.sinks = cache.sinks();
@@ -336,7 +363,15 @@ typename Llama<Config>::Logits Llama<Config>::compute_logits() {
   grow(logits_, NL * V);
   for (std::size_t i = 0; i < NL; ++i)
     kernels::rmsnorm(logit_in_.data() + i * D, x_.data() + logit_rows_[i] * D, w_.final_norm, D, w_.hparams.rms_eps);
-  kernels::matmul(w_.classifier, logit_in_.data(), NL, D, logits_.data(), V);
+  if (!link_) {
+    kernels::matmul(w_.classifier, logit_in_.data(), NL, D, logits_.data(), V);
+    return logits_view();
+  }
+  // A shard's rows of the classifier (its slice of the vocabulary, or none).
+  const auto cols = static_cast<std::size_t>(w_.classifier.rows);
+  grow(shard_logits_, NL * cols);
+  if (cols > 0) kernels::matmul(w_.classifier, logit_in_.data(), NL, D, shard_logits_.data(), cols);
+  link_->gather_logits(shard_logits_.data(), NL, cols, logits_.data());
   return logits_view();
 }
 

@@ -117,6 +117,16 @@ ModelWeights<Config> prepare_weights(ModelWeights<Config> w, kernels::Isa isa = 
   return w;
 }
 
+// What a loader returns: the weights ready for this CPU's kernels (some
+// repacked: prepare_weights), or as the file has them, to be cut into the
+// shards of a model split across processes first (shard/shard_weights.hpp).
+enum class WeightLayout { ForKernels, AsInFile };
+
+template <class Config>
+ModelWeights<Config> in_layout(ModelWeights<Config> w, WeightLayout layout) {
+  return layout == WeightLayout::ForKernels ? prepare_weights(std::move(w)) : std::move(w);
+}
+
 // The names of the repacking before the kernel table (issue 25).
 [[deprecated("use kernels::repack_at_load()")]] inline bool& interleave_int8_at_load() { return kernels::repack_at_load(); }
 template <class Config>

@@ -44,8 +44,38 @@ class KVCacheBase {
  public:
   enum class Kind { Dense, SinkWindow };
 
-  virtual ~KVCacheBase() = default;
+  // The other processes' parts of this cache, when the model is split across
+  // processes (tensor parallel, parallel/): they hold the same tokens' keys
+  // and values of their own heads, and follow this cache's size at every
+  // forward. A copy or the end of this cache is what they must be told of.
+  class Mirror {
+   public:
+    virtual ~Mirror() = default;
+    // `to` now holds the first n tokens of the cache mirrored as `from_id`.
+    virtual void copied(std::uint64_t from_id, KVCacheBase& to, std::int64_t n) = 0;
+    virtual void dropped(std::uint64_t id) noexcept = 0;
+  };
+
+  KVCacheBase() = default;
+  // A copy is a cache of its own, which no other process mirrors yet.
+  KVCacheBase(const KVCacheBase& other) : size_(other.size_) {}
+  KVCacheBase& operator=(const KVCacheBase& other) {
+    if (this != &other) {
+      unmirror();
+      size_ = other.size_;
+    }
+    return *this;
+  }
+  virtual ~KVCacheBase() { unmirror(); }
   virtual Kind kind() const = 0;
+
+  // The mirror of this cache and its id there (null and 0 when none).
+  void set_mirror(std::shared_ptr<Mirror> m, std::uint64_t id) {
+    unmirror();
+    mirror_ = std::move(m);
+    mirror_id_ = id;
+  }
+  std::uint64_t mirror_id() const { return mirror_ ? mirror_id_ : 0; }
 
   // Tokens consumed so far: also the text position of the next token.
   std::int64_t size() const { return size_; }
@@ -105,6 +135,7 @@ class KVCacheBase {
     const auto to = out->state(n);
     for (std::size_t i = 0; i < from.size(); ++i) std::memcpy(to[i].data(), from[i].data(), from[i].size_bytes());
     out->size_ = n;
+    if (mirror_) mirror_->copied(mirror_id_, *out, n);
     return out;
   }
 
@@ -115,8 +146,12 @@ class KVCacheBase {
     const auto s = const_cast<KVCacheBase*>(this)->state(n);
     return {s.begin(), s.end()};
   }
-  // Sets the number of tokens after state(n) was filled from elsewhere.
-  void restore_size(std::int64_t n) { size_ = n; }
+  // Sets the number of tokens after state(n) was filled from elsewhere (a
+  // cache file): contents a mirror never saw, so the mirror is let go.
+  void restore_size(std::int64_t n) {
+    unmirror();
+    size_ = n;
+  }
 
   // Whether two caches see the same tokens of a stream (the same rule).
   bool same_rule(const KVCacheBase& other) const { return sinks() == other.sinks() && window() == other.window(); }
@@ -129,6 +164,15 @@ class KVCacheBase {
 
  protected:
   std::int64_t size_ = 0;
+
+ private:
+  void unmirror() noexcept {
+    if (mirror_) mirror_->dropped(mirror_id_);
+    mirror_.reset();
+  }
+
+  std::shared_ptr<Mirror> mirror_;
+  std::uint64_t mirror_id_ = 0;
 };
 
 // The dense cache: every token of the sequence, up to MaxSeq positions (the

@@ -114,7 +114,7 @@ inline HyperParams gguf_hparams(const GgufFile& f) {
 // The weights of a parsed GGUF file (which they keep alive); every shape is
 // checked against Config.
 template <class Config>
-ModelWeights<Config> load_gguf(std::shared_ptr<const GgufFile> file) {
+ModelWeights<Config> load_gguf(std::shared_ptr<const GgufFile> file, WeightLayout layout = WeightLayout::ForKernels) {
   const GgufFile& f = *file;
   ModelShape shape = gguf_shape(f);
   // llama.context_length is the trained context; the template's MaxSeq sizes
@@ -152,12 +152,13 @@ ModelWeights<Config> load_gguf(std::shared_ptr<const GgufFile> file) {
   tensors.require_all_used();
   w.hparams = detail::gguf_hparams(f);
   w.owner = storage;
-  return prepare_weights(std::move(w));
+  return in_layout(std::move(w), layout);
 }
 
 template <class Config>
-ModelWeights<Config> load_gguf(const std::string& path, LoadMode mode = LoadMode::Mapped) {
-  return load_gguf<Config>(std::make_shared<const GgufFile>(path, mode));
+ModelWeights<Config> load_gguf(const std::string& path, LoadMode mode = LoadMode::Mapped,
+                               WeightLayout layout = WeightLayout::ForKernels) {
+  return load_gguf<Config>(std::make_shared<const GgufFile>(path, mode), layout);
 }
 
 }  // namespace streamllm::io

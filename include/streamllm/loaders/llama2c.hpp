@@ -65,7 +65,8 @@ inline std::int64_t llama2c_float_count(const ModelShape& s, bool shared_classif
 }
 
 template <class Config>
-ModelWeights<Config> load_llama2c(const std::string& path, LoadMode mode = LoadMode::Mapped) {
+ModelWeights<Config> load_llama2c(const std::string& path, LoadMode mode = LoadMode::Mapped,
+                                  WeightLayout layout = WeightLayout::ForKernels) {
   auto file = map_file(path, mode);
   bool shared = true;
   const ModelShape shape = read_llama2c_shape(*file, &shared);
@@ -108,7 +109,7 @@ ModelWeights<Config> load_llama2c(const std::string& path, LoadMode mode = LoadM
   w.final_norm = take(D);
   take(Config::MaxSeq * Config::HeadDim);  // freq_cis_real, freq_cis_imag: RoPE is computed instead
   w.classifier = shared ? w.token_embedding : matrix(Config::Vocab, D);
-  return prepare_weights(std::move(w));
+  return in_layout(std::move(w), layout);
 }
 
 // The tensors of a checkpoint of any shape, with GGUF's names and dimension

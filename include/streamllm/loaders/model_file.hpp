@@ -42,8 +42,10 @@ inline ModelFileInfo read_model_info(const std::string& path) {
 using io::LoadMode;
 
 template <class Config>
-ModelWeights<Config> load_weights(const std::string& path, LoadMode mode = LoadMode::Mapped) {
-  return detect_format(path) == ModelFormat::Gguf ? io::load_gguf<Config>(path, mode) : io::load_llama2c<Config>(path, mode);
+ModelWeights<Config> load_weights(const std::string& path, LoadMode mode = LoadMode::Mapped,
+                                  WeightLayout layout = WeightLayout::ForKernels) {
+  return detect_format(path) == ModelFormat::Gguf ? io::load_gguf<Config>(path, mode, layout)
+                                                  : io::load_llama2c<Config>(path, mode, layout);
 }
 
 // Maps a checkpoint (llama2.c .bin or GGUF) and checks it against the

@@ -1,0 +1,210 @@
+// Tensor parallel against one process, on the TinyLlama-1.1B shape (random
+// weights the benchmark writes) in Q8_0, Q4_0 and BF16: prefill of 512
+// tokens (pp512), decode of 128 (tg128) and batched decode of 8 sequences.
+//
+//   bench_tensor_parallel                      one process, every core
+//   mpirun -np 2 bench_tensor_parallel          two ranks of one thread each, over shared memory
+//   mpirun -np 2 --mca btl tcp,self --mca btl_tcp_if_include lo bench_tensor_parallel     over TCP loopback
+//
+// scripts/bench-tensor-parallel.sh runs the three in one go. Rank 0 runs the
+// benchmarks; the other ranks follow its calls. Counters beside tokens/s:
+// the all-reduce's time per token (and share of the step) and bytes per
+// token, and the largest resident memory of a rank (the ranks share this
+// machine, so rank 0 reads the others' from /proc).
+#include <unistd.h>
+
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench_support.hpp"
+#include "streamllm/parallel/tensor_parallel.hpp"
+
+namespace {
+
+using namespace streamllm;
+using Config = presets::TinyLlama1B;
+
+template <class Model>
+struct ConfigOf;
+template <class C>
+struct ConfigOf<Llama<C>> {
+  using type = C;
+};
+
+// Resident memory of a process of this machine, in MiB.
+double rss_mib(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  return 0;
+}
+
+struct Job {
+  std::vector<int> pids;                       // of every rank
+  const parallel::LinkStats* stats = nullptr;  // rank 0's link (none in one process)
+  std::function<void()> reset_stats = [] {};
+  double max_rss() const {
+    double m = 0;
+    for (int p : pids) m = std::max(m, rss_mib(p));
+    return m;
+  }
+};
+
+template <class Model>
+void report(benchmark::State& state, const Job& job, double tokens, double seconds) {
+  state.counters["tok/s"] = benchmark::Counter(tokens, benchmark::Counter::kIsRate);
+  state.counters["rank_rss_MiB"] = job.max_rss();
+  if (!job.stats) return;
+  const auto& s = *job.stats;
+  state.counters["allreduce_us/tok"] = 1e6 * s.all_reduce_s / tokens;
+  state.counters["allreduce_share"] = s.all_reduce_s / seconds;
+  state.counters["allreduce_B/tok"] = static_cast<double>(s.all_reduce_bytes) / tokens;
+  state.counters["gather_us/tok"] = 1e6 * s.gather_s / tokens;
+}
+
+// pp512: a prompt of 512 tokens into an empty cache.
+template <class Model>
+void prefill(benchmark::State& state, Model& model, const Job& job) {
+  using Shape = typename ConfigOf<Model>::type;
+  std::vector<TokenId> prompt(512);
+  for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<TokenId>(1 + (i * 7919) % (Config::Vocab - 1));
+  double seconds = 0;
+  job.reset_stats();
+  for (auto _ : state) {
+    KVCache<Shape> cache(512);
+    const auto t0 = std::chrono::steady_clock::now();
+    benchmark::DoNotOptimize(model.prefill(prompt, cache).data());
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  report<Model>(state, job, 512.0 * static_cast<double>(state.iterations()), seconds);
+}
+
+// tg128: 128 tokens one at a time after a 16-token prompt (not timed).
+template <class Model>
+void decode(benchmark::State& state, Model& model, const Job& job) {
+  using Shape = typename ConfigOf<Model>::type;
+  double seconds = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    KVCache<Shape> cache(256);
+    std::vector<TokenId> prompt(16, 42);
+    prompt[0] = 1;
+    model.prefill(prompt, cache);
+    job.reset_stats();
+    state.ResumeTiming();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 128; ++i) benchmark::DoNotOptimize(model.decode(static_cast<TokenId>(100 + i), cache).data());
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  report<Model>(state, job, 128.0 * static_cast<double>(state.iterations()), seconds);
+}
+
+// Batched decode: 8 sequences, 32 steps of one token each.
+template <class Model>
+void batch8(benchmark::State& state, Model& model, const Job& job) {
+  using Shape = typename ConfigOf<Model>::type;
+  constexpr std::size_t B = 8, steps = 32;
+  double seconds = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    std::vector<std::unique_ptr<KVCache<Shape>>> caches;
+    for (std::size_t b = 0; b < B; ++b) {
+      caches.push_back(std::make_unique<KVCache<Shape>>(64));
+      const TokenId first[] = {1, static_cast<TokenId>(200 + b)};
+      model.prefill(first, *caches.back());
+    }
+    job.reset_stats();
+    state.ResumeTiming();
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<TokenId> next(B);
+    std::vector<typename Model::Sequence> seqs(B);
+    for (std::size_t s = 0; s < steps; ++s) {
+      for (std::size_t b = 0; b < B; ++b) {
+        next[b] = static_cast<TokenId>(300 + s * B + b);
+        seqs[b] = {caches[b].get(), {&next[b], 1}, false};
+      }
+      benchmark::DoNotOptimize(model.forward(seqs).last(0).data());
+    }
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  report<Model>(state, job, static_cast<double>(B * steps) * static_cast<double>(state.iterations()), seconds);
+}
+
+template <class Model>
+void run_benchmarks(const std::string& label, Model& model, const Job& job) {
+  benchmark::RegisterBenchmark((label + "/pp512").c_str(), [&](benchmark::State& s) { prefill(s, model, job); })
+      ->Unit(benchmark::kMillisecond)
+      ->Iterations(1)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark((label + "/tg128").c_str(), [&](benchmark::State& s) { decode(s, model, job); })
+      ->Unit(benchmark::kMillisecond)
+      ->Iterations(2)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark((label + "/batch8").c_str(), [&](benchmark::State& s) { batch8(s, model, job); })
+      ->Unit(benchmark::kMillisecond)
+      ->Iterations(1)
+      ->UseRealTime();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::ClearRegisteredBenchmarks();
+}
+
+std::vector<std::string> types() {
+  const char* v = std::getenv("STREAMLLM_BENCH_TYPES");  // e.g. "q8_0,bf16"
+  std::stringstream list(v && *v ? v : "q8_0,q4_0,bf16");
+  std::vector<std::string> out;
+  for (std::string t; std::getline(list, t, ',');) out.push_back(t);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  parallel::MpiRuntime mpi(argc, argv);
+  benchmark::Initialize(&argc, argv);
+  const int ranks = mpi.size();
+  Job job;
+  job.pids.resize(static_cast<std::size_t>(ranks));
+  const int pid = ::getpid();
+  MPI_Allgather(&pid, 1, MPI_INT, job.pids.data(), 1, MPI_INT, mpi.comm());
+  try {
+    for (const std::string& type : types()) {
+      std::string path;
+      parallel::on_every_rank(mpi.comm(), [&] {
+        if (mpi.rank() == 0) path = bench::random_gguf_model<Config>("tinyllama", type);
+      });
+      path = [&] {  // rank 0's path, on every rank
+        auto n = static_cast<int>(path.size());
+        MPI_Bcast(&n, 1, MPI_INT, 0, mpi.comm());
+        path.resize(static_cast<std::size_t>(n));
+        MPI_Bcast(path.data(), n, MPI_CHAR, 0, mpi.comm());
+        return path;
+      }();
+      const std::string label = type + "/ranks:" + std::to_string(ranks) + "/threads:" + std::to_string(omp_get_max_threads());
+      if (ranks == 1) {
+        auto model = load_llama<Config>(path, bench::load_mode());
+        run_benchmarks(label, model, job);
+      } else if (ranks == 2) {
+        parallel::TensorParallelModel<Config, 2> tp(mpi, path);
+        if (!tp.leads()) {
+          tp.follow();
+          continue;
+        }
+        job.stats = &tp.link_stats();
+        job.reset_stats = [&tp] { tp.reset_link_stats(); };
+        run_benchmarks(label, tp.model(), job);
+        job.stats = nullptr;
+        job.reset_stats = [] {};
+      } else {
+        throw Error("this benchmark runs as one process or as 2 ranks (mpirun -np 2), not " + std::to_string(ranks));
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_tensor_parallel (rank %d): %s\n", mpi.rank(), e.what());
+    return 1;
+  }
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,130 @@
+// Rank r's slice of a model's weights (tensor_shard.hpp), cut from the
+// file's as they are (before any repacking for the kernels):
+//   rows of wq, wk, wv (its heads), of w_gate and w_up (its hidden slice) and
+//   of the classifier (its vocabulary slice, or all of it on rank 0): views
+//   into the mapped file, so a rank reads only its own;
+//   columns of wo and w_down (the same heads and hidden slice): copied once,
+//   whole blocks per row, into the rank's memory;
+//   the norms and the embedding table: shared by every rank (small; rows
+//   are looked up).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
+
+#include "streamllm/error.hpp"
+#include "streamllm/memory.hpp"
+#include "streamllm/shard/tensor_shard.hpp"
+#include "streamllm/weights.hpp"
+
+namespace streamllm {
+
+// Where the classifier (Vocab x Dim, the largest matrix of a small model)
+// runs: a slice of its rows on every rank, the logits gathered on rank 0;
+// or all of it on rank 0, which then gathers nothing.
+enum class ClassifierSplit { Sliced, OnFirstRank };
+
+// Rank r's rows of the classifier.
+template <class Config>
+SliceBounds classifier_rows(int ranks, int rank, ClassifierSplit split) {
+  if (split == ClassifierSplit::OnFirstRank) return rank == 0 ? SliceBounds{0, Config::Vocab} : SliceBounds{0, 0};
+  // Whole groups of 16 rows where they divide: the repacked layouts interleave 16.
+  return slice_bounds(Config::Vocab, ranks, rank, Config::Vocab % 16 == 0 ? 16 : 1);
+}
+
+// Rank r's rows of w_gate and w_up, which are its columns of w_down: whole
+// blocks of w_down's type, uneven where they do not divide.
+inline SliceBounds hidden_rows(const TensorView& w_down, int ranks, int rank) {
+  return slice_bounds(w_down.cols, ranks, rank, traits(w_down.type).block_elems);
+}
+
+namespace detail {
+struct ShardStorage {
+  std::shared_ptr<const void> file;  // the whole model's views point here
+  std::vector<AlignedVector<std::byte>> columns;
+};
+
+inline TensorView row_slice(const TensorView& t, SliceBounds r) {
+  return {t.type, t.row(r.begin), r.size(), t.cols, t.row_stride};
+}
+
+// Takes a mapped file's pages of `t` out of this process (they stay in the
+// page cache): copying a column slice reads every page of the matrix, and a
+// rank's memory is to be its own slice, not the whole. Only for a mapping
+// of the file: anonymous memory would lose its contents.
+inline void unmap_file_pages(const TensorView& t) {
+#if defined(__linux__)
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<std::uintptr_t>(t.data), end = begin + static_cast<std::uintptr_t>(t.bytes());
+  const std::uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;
+  if (first < last) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+#else
+  (void)t;
+#endif
+}
+
+// Columns [c.begin, c.end) of every row, copied: they must be whole blocks.
+inline TensorView column_slice(const TensorView& t, SliceBounds c, ShardStorage& storage, const std::string& what,
+                               bool mapped) {
+  const std::int64_t block = traits(t.type).block_elems;
+  if (c.begin % block != 0 || c.end % block != 0)
+    throw InputError("tensor parallel: " + what + " would be cut at columns " + std::to_string(c.begin) + ".." +
+                     std::to_string(c.end) + ", inside a block of " + std::to_string(block) + " (" +
+                     std::string(dtype_name(t.type)) + "); use fewer ranks, or weights of a type with smaller blocks");
+  const std::int64_t skip = row_bytes(t.type, c.begin), bytes = row_bytes(t.type, c.size());
+  auto& out = storage.columns.emplace_back(static_cast<std::size_t>(t.rows * bytes));
+  for (std::int64_t r = 0; r < t.rows; ++r) std::memcpy(out.data() + r * bytes, t.row(r) + skip, static_cast<std::size_t>(bytes));
+  if (mapped) unmap_file_pages(t);
+  return {t.type, out.data(), t.rows, c.size(), bytes};
+}
+}  // namespace detail
+
+// Rank `rank`'s shard of `full`, as the file has it; pass it through
+// prepare_weights for the kernels. `mapped`: full's views are of a mapped
+// file (LoadMode::Mapped), whose pages of the column-sliced matrices are
+// let go after the copy. Throws InputError where a slice would cut a block.
+template <class Config, int Ranks>
+ModelWeights<TensorShard<Config, Ranks>> shard_weights(const ModelWeights<Config>& full, int rank,
+                                                       ClassifierSplit split = ClassifierSplit::Sliced, bool mapped = false) {
+  using Shard = TensorShard<Config, Ranks>;
+  if (rank < 0 || rank >= Ranks)
+    throw InputError("tensor parallel: rank " + std::to_string(rank) + " of " + std::to_string(Ranks));
+  auto storage = std::make_shared<detail::ShardStorage>();
+  storage->file = full.owner;
+  const SliceBounds q{rank * Shard::QDim, (rank + 1) * Shard::QDim}, kv{rank * Shard::KVDim, (rank + 1) * Shard::KVDim};
+
+  ModelWeights<Shard> w;
+  w.token_embedding = full.token_embedding;
+  for (std::size_t l = 0; l < full.layers.size(); ++l) {
+    const LayerWeights& f = full.layers[l];
+    LayerWeights& s = w.layers[l];
+    const std::string at = "layer " + std::to_string(l) + " ";
+    s.attn_norm = f.attn_norm;
+    s.ffn_norm = f.ffn_norm;
+    s.wq = detail::row_slice(f.wq, q);
+    s.wk = detail::row_slice(f.wk, kv);
+    s.wv = detail::row_slice(f.wv, kv);
+    s.wo = detail::column_slice(f.wo, q, *storage, at + "wo", mapped);
+    const SliceBounds h = hidden_rows(f.w_down, Ranks, rank);
+    s.w_gate = detail::row_slice(f.w_gate, h);
+    s.w_up = detail::row_slice(f.w_up, h);
+    s.w_down = detail::column_slice(f.w_down, h, *storage, at + "w_down", mapped);
+  }
+  w.final_norm = full.final_norm;
+  w.classifier = detail::row_slice(full.classifier, classifier_rows<Config>(Ranks, rank, split));
+  w.hparams = full.hparams;
+  w.source = full.source;
+  w.owner = std::move(storage);
+  return w;
+}
+
+}  // namespace streamllm

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Tensor parallel against one process, in one run on this machine (issue 26):
+# the machine's limits, MPI_Allreduce over shared memory and TCP loopback,
+# then bench_tensor_parallel as one process with every core, as 2 ranks of
+# one thread over shared memory, and as 2 ranks over TCP loopback.
+#   STREAMLLM_BENCH_TYPES=q8_0,q4_0,bf16 (default) picks the weight types.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${STREAMLLM_BUILD_DIR:-$root/build-bench}"
+data="${STREAMLLM_DATA_DIR:-$root/../shared}"
+cmake -S "$root" --preset bench -B "$build" -DSTREAMLLM_DATA_DIR="$data" >/dev/null
+cmake --build "$build" -j"$(nproc)" --target bench_tensor_parallel bench_allreduce
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 STREAMLLM_DATA_DIR="$data"
+tcp=(--mca btl tcp,self --mca btl_tcp_if_include lo)
+bin="$build/bench"
+
+limits="$(mktemp -d)"
+trap 'rm -rf "$limits"' EXIT
+gcc -O3 -march=native -fopenmp "$data/tools/machine-limits/rd.c" -o "$limits/rd"
+echo "== machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores"
+echo "== read bandwidth, 1 and 2 threads (GB/s per pass)"
+OMP_NUM_THREADS=1 "$limits/rd" 1 4 0
+OMP_NUM_THREADS=2 OMP_PROC_BIND=spread OMP_PLACES=cores "$limits/rd" 1 4 0
+if command -v clang >/dev/null; then
+  clang -O3 -march=native -fopenmp "$data/tools/machine-limits/peak.c" -o "$limits/peak"
+  echo "== compute peaks, 2 threads"
+  OMP_NUM_THREADS=2 "$limits/peak"
+fi
+
+echo "== MPI_Allreduce, 2 ranks, shared memory"
+mpirun -np 2 "$bin/bench_allreduce"
+echo "== MPI_Allreduce, 2 ranks, TCP loopback"
+mpirun -np 2 "${tcp[@]}" "$bin/bench_allreduce"
+
+echo "== one process, $(nproc) threads"
+OMP_NUM_THREADS="$(nproc)" "$bin/bench_tensor_parallel"
+echo "== 2 ranks of 1 thread, shared memory"
+OMP_NUM_THREADS=1 mpirun -np 2 --bind-to core "$bin/bench_tensor_parallel"
+echo "== 2 ranks of 1 thread, TCP loopback"
+OMP_NUM_THREADS=1 mpirun -np 2 --bind-to core "${tcp[@]}" "$bin/bench_tensor_parallel"
