@@ -6,7 +6,8 @@
 //   mpirun -np 2 bench_tensor_parallel          two ranks of one thread each, over shared memory
 //   mpirun -np 2 --mca btl tcp,self --mca btl_tcp_if_include lo bench_tensor_parallel     over TCP loopback
 //
-// scripts/bench-tensor-parallel.sh runs the three in one go. Rank 0 runs the
+// STREAMLLM_BENCH_TYPE picks the weight type (q8_0 by default);
+// scripts/bench-tensor-parallel.sh runs the three for each type in one go. Rank 0 runs the
 // benchmarks; the other ranks follow its calls. Counters beside tokens/s:
 // the all-reduce's time per token (and share of the step) and bytes per
 // token, and the largest resident memory of a rank (the ranks share this
@@ -15,7 +16,6 @@
 
 #include <fstream>
 #include <functional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -148,15 +148,13 @@ void run_benchmarks(const std::string& label, Model& model, const Job& job) {
       ->Iterations(1)
       ->UseRealTime();
   benchmark::RunSpecifiedBenchmarks();
-  benchmark::ClearRegisteredBenchmarks();
 }
 
-std::vector<std::string> types() {
-  const char* v = std::getenv("STREAMLLM_BENCH_TYPES");  // e.g. "q8_0,bf16"
-  std::stringstream list(v && *v ? v : "q8_0,q4_0,bf16");
-  std::vector<std::string> out;
-  for (std::string t; std::getline(list, t, ',');) out.push_back(t);
-  return out;
+// One weight type per run (Google Benchmark runs its list once per program):
+// STREAMLLM_BENCH_TYPE, q8_0 by default.
+std::string weight_type() {
+  const char* v = std::getenv("STREAMLLM_BENCH_TYPE");
+  return v && *v ? v : "q8_0";
 }
 
 }  // namespace
@@ -170,36 +168,30 @@ int main(int argc, char** argv) {
   const int pid = ::getpid();
   MPI_Allgather(&pid, 1, MPI_INT, job.pids.data(), 1, MPI_INT, mpi.comm());
   try {
-    for (const std::string& type : types()) {
-      std::string path;
-      parallel::on_every_rank(mpi.comm(), [&] {
-        if (mpi.rank() == 0) path = bench::random_gguf_model<Config>("tinyllama", type);
-      });
-      path = [&] {  // rank 0's path, on every rank
-        auto n = static_cast<int>(path.size());
-        MPI_Bcast(&n, 1, MPI_INT, 0, mpi.comm());
-        path.resize(static_cast<std::size_t>(n));
-        MPI_Bcast(path.data(), n, MPI_CHAR, 0, mpi.comm());
-        return path;
-      }();
-      const std::string label = type + "/ranks:" + std::to_string(ranks) + "/threads:" + std::to_string(omp_get_max_threads());
-      if (ranks == 1) {
-        auto model = load_llama<Config>(path, bench::load_mode());
-        run_benchmarks(label, model, job);
-      } else if (ranks == 2) {
-        parallel::TensorParallelModel<Config, 2> tp(mpi, path);
-        if (!tp.leads()) {
-          tp.follow();
-          continue;
-        }
+    const std::string type = weight_type();
+    std::string path;
+    parallel::on_every_rank(mpi.comm(), [&] {
+      if (mpi.rank() == 0) path = bench::random_gguf_model<Config>("tinyllama", type);
+    });
+    auto n = static_cast<int>(path.size());  // rank 0's path, on every rank
+    MPI_Bcast(&n, 1, MPI_INT, 0, mpi.comm());
+    path.resize(static_cast<std::size_t>(n));
+    MPI_Bcast(path.data(), n, MPI_CHAR, 0, mpi.comm());
+    const std::string label = type + "/ranks:" + std::to_string(ranks) + "/threads:" + std::to_string(omp_get_max_threads());
+    if (ranks == 1) {
+      auto model = load_llama<Config>(path, bench::load_mode());
+      run_benchmarks(label, model, job);
+    } else if (ranks == 2) {
+      parallel::TensorParallelModel<Config, 2> tp(mpi, path);
+      if (tp.leads()) {
         job.stats = &tp.link_stats();
         job.reset_stats = [&tp] { tp.reset_link_stats(); };
         run_benchmarks(label, tp.model(), job);
-        job.stats = nullptr;
-        job.reset_stats = [] {};
       } else {
-        throw Error("this benchmark runs as one process or as 2 ranks (mpirun -np 2), not " + std::to_string(ranks));
+        tp.follow();
       }
+    } else {
+      throw Error("this benchmark runs as one process or as 2 ranks (mpirun -np 2), not " + std::to_string(ranks));
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_tensor_parallel (rank %d): %s\n", mpi.rank(), e.what());

@@ -29,9 +29,11 @@ namespace test {
 
 class ServerProcess {
  public:
-  explicit ServerProcess(std::vector<std::string> args) {
+  // `launcher`: what starts the server, e.g. {"mpirun", "-np", "2"} (empty: itself).
+  explicit ServerProcess(std::vector<std::string> args, const std::vector<std::string>& launcher = {}) {
     args.insert(args.begin(), {STREAMLLM_SERVER_BINARY, "--model", model_path("stories260K.bin"), "--tokenizer",
                                model_path("tok512.model"), "--port", "0", "-j", "1"});
+    args.insert(args.begin(), launcher.begin(), launcher.end());
     int out[2];
     REQUIRE(::pipe(out) == 0);
     pid_ = ::fork();
@@ -43,7 +45,7 @@ class ServerProcess {
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
+      ::execvp(argv[0], argv.data());
       std::_Exit(127);
     }
     ::close(out[1]);
@@ -73,6 +75,9 @@ class ServerProcess {
     pid_ = -1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
+
+  // The process has been waited for by the caller: nothing to stop.
+  void forget() { pid_ = -1; }
 
   // Resident memory of the server, from /proc.
   std::size_t rss_kib() const {

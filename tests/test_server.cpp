@@ -139,6 +139,60 @@ TEST_CASE("the server's completions equal the library's, streamed or not", "[ser
   REQUIRE(cev.chunks.front()["choices"][0]["delta"]["role"] == "assistant");
 }
 
+#if defined(STREAMLLM_MPIEXEC)
+TEST_CASE("the server split over two processes (mpirun -np 2) answers as the one-process server", "[server][mpi]") {
+  ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+  ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  ::setenv("LSAN_OPTIONS", "suppressions=" STREAMLLM_MPI_LSAN_SUPPRESSIONS, 1);  // OpenMPI's, in a sanitizer build
+  ServerProcess one({});
+  ServerProcess two({}, {STREAMLLM_MPIEXEC, "-np", "2"});
+  auto c1 = one.client(), c2 = two.client();
+  // A streamed greedy completion, a sampled one (seeded), and a chat resent
+  // whole on its second turn, which the split server continues from its
+  // kept cache (a copy or a cut on every rank).
+  json sampled = {{"prompt", "Tom had a dog"}, {"max_tokens", 40}, {"temperature", 0.8}, {"seed", 7}, {"stream", true}};
+  json greedy = {{"prompt", "Once upon a time"}, {"max_tokens", 60}, {"temperature", 0}, {"stream", true}};
+  for (const json& req : {greedy, sampled}) {
+    const auto a = test::post_json(c1, "/v1/completions", req), b = test::post_json(c2, "/v1/completions", req);
+    REQUIRE(a);
+    REQUIRE(b);
+    const auto ea = test::read_events(a->body, false), eb = test::read_events(b->body, false);
+    REQUIRE(eb.done);
+    REQUIRE(eb.text == ea.text);
+  }
+  json messages = json::array({{{"role", "user"}, {"content", "Tell me about a cat."}}});
+  for (int turn = 0; turn < 2; ++turn) {
+    const json req = chat_request(messages, 30);
+    const auto a = test::post_json(c1, "/v1/chat/completions", req), b = test::post_json(c2, "/v1/chat/completions", req);
+    REQUIRE(a);
+    REQUIRE(b);
+    REQUIRE(b->status == 200);
+    const auto ja = json::parse(a->body), jb = json::parse(b->body);
+    REQUIRE(jb["choices"][0]["message"]["content"] == ja["choices"][0]["message"]["content"]);
+    if (turn == 1) REQUIRE(jb["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>() > 0);
+    messages.push_back(ja["choices"][0]["message"]);
+    messages.push_back({{"role", "user"}, {"content", "And a dog?"}});
+  }
+  // SIGTERM to rank 0 stops the split server gracefully: it drains, then
+  // stops the other rank, and mpirun exits 0 (a signal to mpirun itself
+  // ends the job at once, as docs/tensor-parallel.md says).
+  pid_t rank0 = -1;
+  std::ifstream children("/proc/" + std::to_string(two.pid()) + "/task/" + std::to_string(two.pid()) + "/children");
+  for (pid_t child; children >> child;) {
+    std::ifstream env("/proc/" + std::to_string(child) + "/environ");
+    for (std::string var; std::getline(env, var, '\0');)
+      if (var == "OMPI_COMM_WORLD_RANK=0") rank0 = child;
+  }
+  REQUIRE(rank0 > 0);
+  ::kill(rank0, SIGTERM);
+  int status = 0;
+  REQUIRE(::waitpid(two.pid(), &status, 0) == two.pid());
+  two.forget();
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+}
+#endif
+
 TEST_CASE("a ten-turn chat resent whole each turn answers as a ChatSession and prefills only the new turn", "[server][reuse]") {
   ServerProcess s({});
   converse(s, std::make_unique<KVCache<Stories>>(), 10, 16);

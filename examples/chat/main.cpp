@@ -19,7 +19,7 @@
 #include <string>
 
 #include "common/example_support.hpp"
-#include "common/preset_models.hpp"
+#include "common/model_job.hpp"
 #include "streamllm/streamllm.hpp"
 
 namespace {
@@ -121,15 +121,9 @@ void print_stats(const streamllm::ChatSession<Config>& chat) {
 }
 
 template <class Config>
-int run(const Options& o) {
+int run(const Options& o, streamllm::Llama<Config>& model) {
   const bool terminal = ::isatty(STDIN_FILENO);
   const auto tok = streamllm::Tokenizer::load(o.tokenizer);
-  {
-    const streamllm::io::MappedFile file(o.model);
-    if (file.size() > (std::size_t(64) << 20))
-      file.touch_pages([](std::size_t d, std::size_t n) { progress("loading model", d, n); });
-  }
-  auto model = streamllm::load_llama<Config>(o.model);
   std::unique_ptr<streamllm::KVCacheBase<Config>> cache;
   if (o.dense) {
     cache = std::make_unique<streamllm::KVCache<Config>>();
@@ -211,8 +205,12 @@ int main(int argc, char** argv) {
     examples::set_threads(o.threads);
     const auto info = streamllm::read_model_info(o.model);
     if (o.tokenizer.empty()) o.tokenizer = examples::default_tokenizer(o.model, info);
-    return streamllm::with_preset(
-        info.shape, [&](auto config) { return run<decltype(config)>(o); }, info.format == streamllm::ModelFormat::Llama2c);
+    if (examples::launched_ranks() <= 1) {  // (split across processes, each rank reads only its slice)
+      const streamllm::io::MappedFile file(o.model);
+      if (file.size() > (std::size_t(64) << 20))
+        file.touch_pages([](std::size_t d, std::size_t n) { progress("loading model", d, n); });
+    }
+    return examples::with_model(argc, argv, o.model, info, [&](auto& model) { return run(o, model); });
   } catch (const streamllm::Error& e) {
     std::fprintf(stderr, "chat: %s\n", e.what());
     return 1;

@@ -7,7 +7,7 @@
 #include <iostream>
 
 #include "common/example_support.hpp"
-#include "common/preset_models.hpp"
+#include "common/model_job.hpp"
 #include "streamllm/streamllm.hpp"
 
 namespace {
@@ -29,9 +29,8 @@ struct Options {
 };
 
 template <class Config>
-int run(const Options& o) {
+int run(const Options& o, streamllm::Llama<Config>& model) {
   const auto tok = streamllm::Tokenizer::load(o.tokenizer);
-  auto model = streamllm::load_llama<Config>(o.model);
   std::unique_ptr<streamllm::KVCacheBase<Config>> cache;
   if (o.window > 0)
     cache = std::make_unique<streamllm::DynamicSinkWindowKVCache<Config>>(o.sinks, o.window);
@@ -107,8 +106,7 @@ int main(int argc, char** argv) {
     examples::set_threads(o.threads);
     const auto info = streamllm::read_model_info(o.model);
     if (o.tokenizer.empty()) o.tokenizer = examples::default_tokenizer(o.model, info);
-    return streamllm::with_preset(
-        info.shape, [&](auto config) { return run<decltype(config)>(o); }, info.format == streamllm::ModelFormat::Llama2c);
+    return examples::with_model(argc, argv, o.model, info, [&](auto& model) { return run(o, model); });
   } catch (const streamllm::Error& e) {
     std::fprintf(stderr, "generate: %s\n", e.what());
     return 1;

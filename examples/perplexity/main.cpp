@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "common/example_support.hpp"
-#include "common/preset_models.hpp"
+#include "common/model_job.hpp"
 #include "streamllm/streamllm.hpp"
 
 namespace {
@@ -103,9 +103,8 @@ ModeResult score(streamllm::Llama<Config>& model, streamllm::KVCacheBase<Config>
 }
 
 template <class Config>
-int run(const Options& o) {
+int run(const Options& o, streamllm::Llama<Config>& model) {
   const auto tok = streamllm::Tokenizer::load(o.tokenizer);
-  auto model = streamllm::load_llama<Config>(o.model);
   model.set_max_chunk(static_cast<std::size_t>(o.chunk));
   const std::vector<streamllm::TokenId> ids = tok.encode(read_text(o.text), true);
   const std::size_t total =
@@ -195,8 +194,7 @@ int main(int argc, char** argv) {
     examples::set_threads(o.threads);
     const auto info = streamllm::read_model_info(o.model);
     if (o.tokenizer.empty()) o.tokenizer = examples::default_tokenizer(o.model, info);
-    return streamllm::with_preset(
-        info.shape, [&](auto config) { return run<decltype(config)>(o); }, info.format == streamllm::ModelFormat::Llama2c);
+    return examples::with_model(argc, argv, o.model, info, [&](auto& model) { return run(o, model); });
   } catch (const streamllm::Error& e) {
     std::fprintf(stderr, "perplexity: %s\n", e.what());
     return 1;

@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "common/example_support.hpp"
-#include "common/preset_models.hpp"
+#include "common/model_job.hpp"
 #include "http_server.hpp"
 #include "streamllm/serve/api_service.hpp"
 
@@ -106,36 +106,34 @@ int main(int argc, char** argv) {
                    "server: warning: listening on %s beyond loopback without --api-key: anyone who reaches "
                    "this port can run the model\n",
                    h.host.c_str());
-    return streamllm::with_preset(
-        info.shape,
-        [&](auto config) {
-          using Config = decltype(config);
-          const auto tok = streamllm::Tokenizer::load(tokenizer);
-          auto llama = streamllm::load_llama<Config>(model);
-          streamllm::serve::ApiService service(llama, tok, o);
-          server::HttpServer<streamllm::serve::ApiService> http(service, h);
-          const int port = http.bind();
-          service.start();
-          std::printf("listening on http://%s:%d (%s, %zu sequences per batch, %s caches, %.0f MiB kept for reuse)\n",
-                      h.host.c_str(), port, o.model_name.c_str(), o.max_sequences, o.window > 0 ? "sink+window" : "dense",
-                      cache_mib);
-          std::fflush(stdout);
-          std::thread shutdown([&] {
-            int sig = 0;
-            sigwait(&stop_signals, &sig);
-            std::fprintf(stderr, "server: %s: finishing the requests in progress (up to %.0f s)\n",
-                         sig == SIGINT ? "SIGINT" : "SIGTERM", shutdown_timeout_s);
-            http.close_listener();
-            service.drain(std::chrono::milliseconds(static_cast<long long>(shutdown_timeout_s * 1000)));
-            http.wait_idle(std::chrono::seconds(2));
-            http.stop();
-          });
-          http.run();
-          shutdown.join();
-          std::fprintf(stderr, "server: stopped\n");
-          return 0;
-        },
-        info.format == streamllm::ModelFormat::Llama2c);
+    if (examples::launched_ranks() > 1 && !o.cache_dir.empty())
+      throw streamllm::Error(
+          "--cache-dir: a model split across processes keeps its caches in memory only (each rank holds a part "
+          "of every cache, and the files hold one process's); run without --cache-dir");
+    return examples::with_model(argc, argv, model, info, [&](auto& llama) {
+      const auto tok = streamllm::Tokenizer::load(tokenizer);
+      streamllm::serve::ApiService service(llama, tok, o);
+      server::HttpServer<streamllm::serve::ApiService> http(service, h);
+      const int port = http.bind();
+      service.start();
+      std::printf("listening on http://%s:%d (%s, %zu sequences per batch, %s caches, %.0f MiB kept for reuse)\n", h.host.c_str(),
+                  port, o.model_name.c_str(), o.max_sequences, o.window > 0 ? "sink+window" : "dense", cache_mib);
+      std::fflush(stdout);
+      std::thread shutdown([&] {
+        int sig = 0;
+        sigwait(&stop_signals, &sig);
+        std::fprintf(stderr, "server: %s: finishing the requests in progress (up to %.0f s)\n",
+                     sig == SIGINT ? "SIGINT" : "SIGTERM", shutdown_timeout_s);
+        http.close_listener();
+        service.drain(std::chrono::milliseconds(static_cast<long long>(shutdown_timeout_s * 1000)));
+        http.wait_idle(std::chrono::seconds(2));
+        http.stop();
+      });
+      http.run();
+      shutdown.join();
+      std::fprintf(stderr, "server: stopped\n");
+      return 0;
+    });
   } catch (const streamllm::Error& e) {
     std::fprintf(stderr, "server: %s\n", e.what());
     return 1;

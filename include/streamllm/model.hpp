@@ -210,8 +210,8 @@ class Llama {
     grow(k_, R * KV);
     grow(v_, R * KV);
     grow(att_, R * QD);
-    grow(hb_, R * H);
-    grow(hb2_, R * H);
+    grow(hb_, R * hidden_);
+    grow(hb2_, R * hidden_);
     grow(rope_cos_, R * tl_);
     grow(rope_sin_, R * tl_);
     grow(sink_cos_, R * tl_);
@@ -239,7 +239,8 @@ class Llama {
   ModelWeights<Config> w_;
   kernels::Rope rope_;
   std::size_t max_chunk_ = 512;
-  std::size_t tl_ = 0;  // rope table length
+  std::size_t tl_ = 0;      // rope table length
+  std::size_t hidden_ = 0;  // H, or the largest hidden slice of a shard's layers
 
   std::vector<Row> rows_;
   std::vector<std::size_t> logit_rows_, first_logit_;
@@ -258,7 +259,9 @@ class Llama {
 // the others compiles the forward pass, and every kernel under it, once.
 template <class Config>
 Llama<Config>::Llama(ModelWeights<Config> weights)
-    : w_(with_fingerprint(std::move(weights))), rope_(static_cast<int>(HD), w_.hparams.rope_theta) {}
+    : w_(with_fingerprint(std::move(weights))), rope_(static_cast<int>(HD), w_.hparams.rope_theta) {
+  for (const LayerWeights& l : w_.layers) hidden_ = std::max(hidden_, static_cast<std::size_t>(l.w_gate.rows));
+}
 
 template <class Config>
 typename Llama<Config>::Logits Llama<Config>::forward(std::span<const Sequence> seqs) {

@@ -73,8 +73,7 @@ inline void unmap_file_pages(const TensorView& t) {
 }
 
 // Columns [c.begin, c.end) of every row, copied: they must be whole blocks.
-inline TensorView column_slice(const TensorView& t, SliceBounds c, ShardStorage& storage, const std::string& what,
-                               bool mapped) {
+inline TensorView column_slice(const TensorView& t, SliceBounds c, ShardStorage& storage, const std::string& what, bool mapped) {
   const std::int64_t block = traits(t.type).block_elems;
   if (c.begin % block != 0 || c.end % block != 0)
     throw InputError("tensor parallel: " + what + " would be cut at columns " + std::to_string(c.begin) + ".." +
