@@ -157,6 +157,20 @@ std::string weight_type() {
   return v && *v ? v : "q8_0";
 }
 
+// STREAMLLM_BENCH_CLASSIFIER=rank0 (the classifier on rank 0 alone; default
+// sliced) and STREAMLLM_BENCH_ALLREDUCE=bf16 (default f32).
+parallel::TensorParallelOptions split_options() {
+  auto env = [](const char* name) {
+    const char* v = std::getenv(name);
+    return std::string(v ? v : "");
+  };
+  parallel::TensorParallelOptions opt;
+  if (env("STREAMLLM_BENCH_CLASSIFIER") == "rank0") opt.classifier = ClassifierSplit::OnFirstRank;
+  if (env("STREAMLLM_BENCH_ALLREDUCE") == "bf16") opt.all_reduce = parallel::AllReducePrecision::BF16;
+  opt.mode = bench::load_mode();
+  return opt;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -177,12 +191,16 @@ int main(int argc, char** argv) {
     MPI_Bcast(&n, 1, MPI_INT, 0, mpi.comm());
     path.resize(static_cast<std::size_t>(n));
     MPI_Bcast(path.data(), n, MPI_CHAR, 0, mpi.comm());
-    const std::string label = type + "/ranks:" + std::to_string(ranks) + "/threads:" + std::to_string(omp_get_max_threads());
+    const parallel::TensorParallelOptions opt = split_options();
+    std::string label = type + "/ranks:" + std::to_string(ranks) + "/threads:" + std::to_string(omp_get_max_threads());
+    if (ranks > 1)
+      label += std::string(opt.classifier == ClassifierSplit::Sliced ? "/classifier:sliced" : "/classifier:rank0") +
+               (opt.all_reduce == parallel::AllReducePrecision::F32 ? "/allreduce:f32" : "/allreduce:bf16");
     if (ranks == 1) {
       auto model = load_llama<Config>(path, bench::load_mode());
       run_benchmarks(label, model, job);
     } else if (ranks == 2) {
-      parallel::TensorParallelModel<Config, 2> tp(mpi, path);
+      parallel::TensorParallelModel<Config, 2> tp(mpi, path, opt);
       if (tp.leads()) {
         job.stats = &tp.link_stats();
         job.reset_stats = [&tp] { tp.reset_link_stats(); };

@@ -47,3 +47,11 @@ for type in ${STREAMLLM_BENCH_TYPES:-q8_0 q4_0 bf16}; do
   echo "== $type: 2 ranks of 1 thread, TCP loopback"
   OMP_NUM_THREADS=1 mpirun -np 2 --bind-to core "${tcp[@]}" "$bin/bench_tensor_parallel"
 done
+# The choices: the classifier on rank 0 alone, and the all-reduce in bf16.
+export STREAMLLM_BENCH_TYPE=q8_0
+echo "== q8_0: 2 ranks, shared memory, the classifier on rank 0"
+STREAMLLM_BENCH_CLASSIFIER=rank0 OMP_NUM_THREADS=1 mpirun -np 2 --bind-to core "$bin/bench_tensor_parallel"
+echo "== q8_0: 2 ranks, shared memory, bf16 all-reduce"
+STREAMLLM_BENCH_ALLREDUCE=bf16 OMP_NUM_THREADS=1 mpirun -np 2 --bind-to core "$bin/bench_tensor_parallel"
+echo "== q8_0: 2 ranks, TCP loopback, bf16 all-reduce"
+STREAMLLM_BENCH_ALLREDUCE=bf16 OMP_NUM_THREADS=1 mpirun -np 2 --bind-to core "${tcp[@]}" "$bin/bench_tensor_parallel"

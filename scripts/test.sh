@@ -21,9 +21,10 @@ if [ "$sanitize" = 1 ]; then
 fi
 if [ "$native" = 0 ]; then
   # The portable build checks the SSE2 kernels: the library's tests, not the
-  # example programs (the server, chat and their tests run in the other two).
+  # example programs (the server, chat and their tests run in the other two)
+  # nor the MPI layer (no kernels of its own).
   if [ "$sanitize" = 1 ]; then
-    args+=(-DSTREAMLLM_NATIVE=OFF -DSTREAMLLM_BUILD_EXAMPLES=OFF)
+    args+=(-DSTREAMLLM_NATIVE=OFF -DSTREAMLLM_BUILD_EXAMPLES=OFF -DSTREAMLLM_WITH_MPI=OFF)
   else
     preset="portable"
   fi

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <limits>
 #include <new>
@@ -10,9 +11,21 @@
 
 #if defined(__linux__)
 #include <sys/mman.h>
+#include <unistd.h>
 #endif
 
 namespace streamllm {
+
+#if defined(__linux__)
+// madvise on the whole pages inside [data, data + bytes): the first and last
+// pages of a matrix in a file may hold a neighbour's bytes, and keep them.
+inline void advise_whole_pages(const void* data, std::size_t bytes, int advice) {
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<std::uintptr_t>(data), end = begin + bytes;
+  const std::uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;
+  if (first < last) ::madvise(reinterpret_cast<void*>(first), last - first, advice);
+}
+#endif
 
 // Aligned to a cache line; buffers of 2 MiB and more are aligned to 2 MiB and
 // asked for transparent huge pages. Prefill's activation buffers are MBs

@@ -175,6 +175,11 @@ class Llama {
 
   // All checks before any state changes, so a bad call leaves every cache as it was.
   void validate(std::span<const Sequence> seqs) const {
+    if constexpr (Config::QDim != Config::Dim)  // one shard of a split model: its sums are partial
+      if (!link_)
+        throw InputError(
+            "forward: this model holds one shard of a model split across processes and has no link to the "
+            "others (parallel::TensorParallelModel sets it); alone it computes partial sums, not logits");
     for (std::size_t s = 0; s < seqs.size(); ++s) {
       if (!seqs[s].cache) throw InputError("forward: sequence " + std::to_string(s) + " has no cache");
       for (std::size_t o = 0; o < s; ++o)

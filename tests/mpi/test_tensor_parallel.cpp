@@ -237,3 +237,12 @@ TEST_CASE("a job whose size does not divide the KV heads is refused on every ran
   REQUIRE_THROWS_WITH((parallel::TensorParallelModel<Stories, 2>(test::mpi(), test::model_path("stories260K.bin"))),
                       Catch::Contains("split 2 ways, the job has " + std::to_string(test::mpi().size()) + " processes"));
 }
+
+TEST_CASE("a shard without its link to the other ranks refuses to run", "[ranks]") {
+  // A copy of a shard's weights in a Llama of its own would sum only its part.
+  Llama<TensorShard<Stories, 2>> alone(shard_weights<Stories, 2>(
+      load_weights<Stories>(test::model_path("stories260K.bin"), LoadMode::Mapped, WeightLayout::AsInFile), 0));
+  KVCache<TensorShard<Stories, 2>> cache;
+  REQUIRE_THROWS_WITH(alone.decode(1, cache), Catch::Contains("no link to the others"));
+  REQUIRE(cache.size() == 0);
+}

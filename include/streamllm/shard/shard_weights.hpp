@@ -18,7 +18,6 @@
 
 #if defined(__linux__)
 #include <sys/mman.h>
-#include <unistd.h>
 #endif
 
 #include "streamllm/error.hpp"
@@ -63,10 +62,7 @@ inline TensorView row_slice(const TensorView& t, SliceBounds r) {
 // of the file: anonymous memory would lose its contents.
 inline void unmap_file_pages(const TensorView& t) {
 #if defined(__linux__)
-  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const auto begin = reinterpret_cast<std::uintptr_t>(t.data), end = begin + static_cast<std::uintptr_t>(t.bytes());
-  const std::uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;
-  if (first < last) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+  advise_whole_pages(t.data, static_cast<std::size_t>(t.bytes()), MADV_DONTNEED);
 #else
   (void)t;
 #endif

@@ -17,7 +17,6 @@
 
 #if defined(__linux__)
 #include <sys/mman.h>
-#include <unistd.h>
 #endif
 
 #include "streamllm/kernels/matmul/kernel_table.hpp"
@@ -46,10 +45,7 @@ struct RepackedWeights {
 // or that another model still reads, is safe too.)
 inline void release_pages(const TensorView& v) {
 #if defined(__linux__) && defined(MADV_PAGEOUT)
-  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const auto begin = reinterpret_cast<std::uintptr_t>(v.data), end = begin + static_cast<std::uintptr_t>(v.bytes());
-  const std::uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;
-  if (first < last) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_PAGEOUT);
+  advise_whole_pages(v.data, static_cast<std::size_t>(v.bytes()), MADV_PAGEOUT);
 #else
   (void)v;
 #endif
