@@ -114,7 +114,11 @@ class MpiShardLink final : public ShardLink<Config> {
     }
   }
   ~MpiShardLink() override {
-    stop();
+    try {
+      stop();
+    } catch (const std::exception& e) {  // a destructor's: nothing to throw to; the others see the job end
+      std::fprintf(stderr, "streamllm: stopping the other ranks failed: %s\n", e.what());
+    }
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (bf16_sum_ != MPI_OP_NULL && !finalized) MPI_Op_free(&bf16_sum_);

@@ -63,10 +63,9 @@ class TensorParallelModel {
     link_ = std::make_unique<MpiShardLink<Shard>>(mpi.comm(), std::move(vocab), opt.all_reduce);
     model_->set_shard_link(link_.get());
   }
-  // Rank 0 stops the others here, so they return from follow().
-  ~TensorParallelModel() {
-    if (link_) link_->stop();
-  }
+  // The link goes first (members go in reverse order): on rank 0 it stops
+  // the others, whose follow() returns; then the model, unused since.
+  ~TensorParallelModel() = default;
   TensorParallelModel(const TensorParallelModel&) = delete;
   TensorParallelModel& operator=(const TensorParallelModel&) = delete;
 
