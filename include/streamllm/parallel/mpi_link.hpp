@@ -153,7 +153,9 @@ class MpiShardLink final : public ShardLink<Config> {
       leader_->turn.unlock();
       throw InputError("tensor parallel: the other ranks were stopped; this model runs no more calls");
     }
-    std::vector<std::int64_t> words{detail::kForward, static_cast<std::int64_t>(seqs.size())};
+    // One buffer for every plan: this runs once per generated token.
+    std::vector<std::int64_t>& words = plan_;
+    words.assign({detail::kForward, static_cast<std::int64_t>(seqs.size())});
     for (const ForwardSequence<Config>& seq : seqs) {
       Cache& c = *seq.cache;
       const bool is_new = c.mirror_id() == 0;
@@ -165,7 +167,7 @@ class MpiShardLink final : public ShardLink<Config> {
     }
     try {
       const Timer t(stats_.plan_s);
-      leader_->send(std::move(words));
+      broadcast_words(comm_, words);
     } catch (...) {
       leader_->turn.unlock();
       throw;
@@ -195,7 +197,10 @@ class MpiShardLink final : public ShardLink<Config> {
       throw Error("tensor parallel: rank " + std::to_string(rank_) + " computed " + std::to_string(cols) +
                   " logits per token, its vocabulary slice has " +
                   std::to_string(vocab_[static_cast<std::size_t>(rank_)].size()));
-    std::vector<int> counts, offsets;
+    std::vector<int>& counts = gather_counts_;  // reused: once per generated token
+    std::vector<int>& offsets = gather_offsets_;
+    counts.clear();
+    offsets.clear();
     int total = 0;
     for (const SliceBounds& v : vocab_) {
       counts.push_back(static_cast<int>(rows * static_cast<std::size_t>(v.size())));
@@ -250,6 +255,7 @@ class MpiShardLink final : public ShardLink<Config> {
     std::vector<std::int64_t> msg;
     std::vector<TokenId> tokens;
     std::vector<ForwardSequence<Config>> seqs;
+    std::vector<std::size_t> first;
     for (;;) {
       broadcast_words(comm_, msg);
       if (msg.empty()) throw Error("an empty message from rank 0");
@@ -262,7 +268,7 @@ class MpiShardLink final : public ShardLink<Config> {
           std::size_t at = 2;
           tokens.clear();
           seqs.assign(n, {});
-          std::vector<std::size_t> first(n);
+          first.assign(n, 0);
           for (std::size_t s = 0; s < n; ++s) {
             const std::int64_t id = msg.at(at), is_new = msg.at(at + 1), dense = msg.at(at + 2) == 0;
             const std::int64_t capacity = msg.at(at + 3), sinks = msg.at(at + 4), window = msg.at(at + 5);
@@ -302,6 +308,8 @@ class MpiShardLink final : public ShardLink<Config> {
   MPI_Op bf16_sum_ = MPI_OP_NULL;
   std::vector<std::uint16_t> half_;
   std::vector<float> gathered_;
+  std::vector<int> gather_counts_, gather_offsets_;
+  std::vector<std::int64_t> plan_;
   LinkStats stats_;
   std::shared_ptr<detail::Leader> leader_;
   std::shared_ptr<detail::CacheMirror<Config>> mirror_;
