@@ -55,7 +55,7 @@ template <class Config>
 std::string random_llama2c_model(const std::string& name) {
   const auto path = scratch_dir() / (name + "-random.bin");
   const streamllm::ModelShape s = Config::shape();
-  const auto floats = static_cast<std::size_t>(streamllm::io::llama2c_float_count(s, true));
+  const auto floats = static_cast<std::size_t>(streamllm::io::llama2c_float_count(s, true).value());
   const auto bytes = streamllm::io::kLlama2cHeaderBytes + floats * 4;
   if (std::filesystem::exists(path) && std::filesystem::file_size(path) == bytes) return path.string();
   std::vector<float> w(floats);
@@ -96,7 +96,7 @@ std::string random_gguf_model(const std::string& name, const std::string& type) 
       std::fill(buf.begin(), buf.end(), 1.0f);
     else
       fill_normal(buf.data(), buf.size(), 0.02f, seed++);
-    io::add_converted_tensor(w, recipe, tensor, dims, buf.data(), s.layers, false);
+    io::add_converted_tensor(w, recipe, tensor, dims, buf.data(), s.layers, s.heads / s.kv_heads, false);
   };
   add("token_embd.weight", {D, s.vocab});
   for (std::int64_t l = 0; l < s.layers; ++l) {

@@ -3,7 +3,9 @@
 # the machine's limits, MPI_Allreduce over shared memory and TCP loopback,
 # then bench_tensor_parallel as one process with every core, as 2 ranks of
 # one thread over shared memory, and as 2 ranks over TCP loopback.
-#   STREAMLLM_BENCH_TYPES="q8_0 q4_0 bf16" (the default) picks the weight types.
+#   STREAMLLM_BENCH_TYPES="q8_0 q4_0 bf16" (the default) picks the weight types;
+#   arguments go to bench_tensor_parallel (--benchmark_repetitions=3 for
+#   medians on a noisy machine).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${STREAMLLM_BUILD_DIR:-$root/build-bench}"
@@ -38,20 +40,25 @@ mpirun -np 2 "$bin/bench_allreduce"
 echo "== MPI_Allreduce, 2 ranks, TCP loopback"
 mpirun -np 2 "${tcp[@]}" "$bin/bench_allreduce"
 
+# Each benchmark in processes of its own: a rank's resident memory is then
+# that workload's, not what the benchmarks before it left mapped (a prefill's
+# scattered embedding rows map whole 64 KiB windows of the file around them).
 for type in ${STREAMLLM_BENCH_TYPES:-q8_0 q4_0 bf16}; do
   export STREAMLLM_BENCH_TYPE="$type"
-  echo "== $type: one process, $(nproc) threads"
-  OMP_NUM_THREADS="$(nproc)" "$bin/bench_tensor_parallel"
-  echo "== $type: 2 ranks of 1 thread, shared memory"
-  OMP_NUM_THREADS=1 mpirun -np 2 --bind-to core "$bin/bench_tensor_parallel"
-  echo "== $type: 2 ranks of 1 thread, TCP loopback"
-  OMP_NUM_THREADS=1 mpirun -np 2 --bind-to core "${tcp[@]}" "$bin/bench_tensor_parallel"
+  for bench in pp512 tg128 batch8; do
+    echo "== $type $bench: one process, $(nproc) threads"
+    OMP_NUM_THREADS="$(nproc)" "$bin/bench_tensor_parallel" --benchmark_filter="/$bench/" "$@"
+    echo "== $type $bench: 2 ranks of 1 thread, shared memory"
+    OMP_NUM_THREADS=1 mpirun -np 2 --bind-to core "$bin/bench_tensor_parallel" --benchmark_filter="/$bench/" "$@"
+    echo "== $type $bench: 2 ranks of 1 thread, TCP loopback"
+    OMP_NUM_THREADS=1 mpirun -np 2 --bind-to core "${tcp[@]}" "$bin/bench_tensor_parallel" --benchmark_filter="/$bench/" "$@"
+  done
 done
 # The choices: the classifier on rank 0 alone, and the all-reduce in bf16.
 export STREAMLLM_BENCH_TYPE=q8_0
 echo "== q8_0: 2 ranks, shared memory, the classifier on rank 0"
-STREAMLLM_BENCH_CLASSIFIER=rank0 OMP_NUM_THREADS=1 mpirun -np 2 --bind-to core "$bin/bench_tensor_parallel"
+STREAMLLM_BENCH_CLASSIFIER=rank0 OMP_NUM_THREADS=1 mpirun -np 2 --bind-to core "$bin/bench_tensor_parallel" "$@"
 echo "== q8_0: 2 ranks, shared memory, bf16 all-reduce"
-STREAMLLM_BENCH_ALLREDUCE=bf16 OMP_NUM_THREADS=1 mpirun -np 2 --bind-to core "$bin/bench_tensor_parallel"
+STREAMLLM_BENCH_ALLREDUCE=bf16 OMP_NUM_THREADS=1 mpirun -np 2 --bind-to core "$bin/bench_tensor_parallel" "$@"
 echo "== q8_0: 2 ranks, TCP loopback, bf16 all-reduce"
-STREAMLLM_BENCH_ALLREDUCE=bf16 OMP_NUM_THREADS=1 mpirun -np 2 --bind-to core "${tcp[@]}" "$bin/bench_tensor_parallel"
+STREAMLLM_BENCH_ALLREDUCE=bf16 OMP_NUM_THREADS=1 mpirun -np 2 --bind-to core "${tcp[@]}" "$bin/bench_tensor_parallel" "$@"

@@ -105,6 +105,30 @@ TEST_CASE("negative or zero dimensions in a header are errors", "[errors]") {
   }
 }
 
+TEST_CASE("a crafted llama2.c header whose sizes overflow is refused, not read past the file's end", "[errors]") {
+  // Each field is a plausible int32; their products wrap int64 to a size the
+  // file seems to have (the first would make the converter read past the
+  // end of a 4,028-byte file, the second ask for an impossible allocation).
+  struct Crafted {
+    std::int32_t header[7];
+    std::size_t file_bytes;
+  };
+  const Crafted cases[] = {{{16384, 1431644841, 131072, 16384, 1, 512, 2139079656}, 4028},
+                           {{1 << 30, 715827712, 1, 1, 1, 512, 2147483645}, 28}};
+  for (const Crafted& c : cases) {
+    std::vector<char> bytes(c.file_bytes, 0);
+    std::memcpy(bytes.data(), c.header, sizeof c.header);
+    const auto path = write_file("crafted.bin", bytes);
+    INFO("dim " << c.header[0] << ", hidden_dim " << c.header[1] << ", " << c.file_bytes << " bytes");
+    REQUIRE_THROWS_AS(io::llama2c_tensors(*io::map_file(path)), FileError);
+    REQUIRE_THROWS_WITH(io::llama2c_tensors(*io::map_file(path)),
+                        Catch::Contains(path) && Catch::Contains("impossible") && Catch::Contains("2^63 bytes"));
+    REQUIRE_THROWS_AS(io::convert_llama2c_to_gguf(path, test::model_path("tok512.model"), (scratch() / "crafted.gguf").string(),
+                                                  io::ConvertRecipe::F32),
+                      FileError);
+  }
+}
+
 TEST_CASE("token ids out of range are rejected before any state changes", "[errors]") {
   auto model = load_llama<Stories>(test::model_path("stories260K.bin"));
   KVCache<Stories> cache;

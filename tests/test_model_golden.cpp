@@ -107,7 +107,7 @@ TEST_CASE("a checkpoint with a separate classifier (negative vocab) loads and is
   // weights with an explicit classifier, once equal and once negated.
   const io::MappedFile f(test::model_path("stories260K.bin"));
   const ModelShape s = Stories::shape();
-  const auto n = static_cast<std::size_t>(io::llama2c_float_count(s, true));
+  const auto n = static_cast<std::size_t>(io::llama2c_float_count(s, true).value());
   const float* w = reinterpret_cast<const float*>(f.data() + io::kLlama2cHeaderBytes);
   std::vector<float> floats(w, w + n);
   floats.insert(floats.end(), w, w + static_cast<std::size_t>(s.vocab * s.dim));  // classifier = embedding

@@ -96,7 +96,8 @@ TEST_CASE("each quantiser's round trip stays within its format's step", "[quant]
   const std::pair<DType, float> bounds[] = {{DType::F16, 1e-3f},      {DType::BF16, 4e-3f},     {DType::Q8_0, 1.0f / 127},
                                             {DType::Q4_0, 1.0f / 8},  {DType::Q4_1, 1.0f / 14}, {DType::Q5_0, 1.0f / 16},
                                             {DType::Q5_1, 1.0f / 30}, {DType::Q4_K, 0.15f},     {DType::Q5_K, 0.08f},
-                                            {DType::Q6_K, 1.0f / 16}};
+                                            {DType::Q6_K, 1.0f / 16}, {DType::Q2_K, 0.5f},      {DType::Q3_K, 0.3f},
+                                            {DType::IQ4_NL, 0.16f},   {DType::IQ4_XS, 0.2f}};
   for (const auto& [t, bound] : bounds) {
     const Matrix m(t, w, 8, cols);
     std::vector<float> back(static_cast<std::size_t>(cols));

@@ -200,7 +200,7 @@ int main(int argc, char** argv) {
   app.add_option("-n,--max-tokens", o.max_tokens, "tokens per answer at most")->capture_default_str()->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
 
-  try {
+  return examples::report_failures("chat", [&] {
     if (o.model.empty()) throw streamllm::Error("no --model given and no data folder found (set STREAMLLM_DATA_DIR)");
     examples::set_threads(o.threads);
     const auto info = streamllm::read_model_info(o.model);
@@ -211,8 +211,5 @@ int main(int argc, char** argv) {
         file.touch_pages([](std::size_t d, std::size_t n) { progress("loading model", d, n); });
     }
     return examples::with_model(argc, argv, o.model, info, [&](auto& model) { return run(o, model); });
-  } catch (const streamllm::Error& e) {
-    std::fprintf(stderr, "chat: %s\n", e.what());
-    return 1;
-  }
+  });
 }

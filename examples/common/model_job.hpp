@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "common/preset_models.hpp"
+#include "common/report_failures.hpp"
 #include "streamllm/error.hpp"
 #include "streamllm/loaders/model_file.hpp"
 #include "streamllm/presets.hpp"
@@ -35,11 +36,13 @@ inline int launched_ranks() {
 template <class F>
 int with_model(int& argc, char**& argv, const std::string& path, const streamllm::ModelFileInfo& info, F&& f) {
   const bool match_max_seq = info.format == streamllm::ModelFormat::Llama2c;
+  step("loading the model " + path);
   if (launched_ranks() <= 1)
     return streamllm::with_preset(
         info.shape,
         [&](auto config) {
           auto model = streamllm::load_llama<decltype(config)>(path);
+          step("running the model of " + path + " (its KV caches and scratch)");
           return f(model);
         },
         match_max_seq);
@@ -54,6 +57,7 @@ int with_model(int& argc, char**& argv, const std::string& path, const streamllm
       info.shape,
       [&](auto config) {
         streamllm::parallel::TensorParallelModel<decltype(config), kExampleRanks> tp(mpi, path);
+        step("running this rank's part of the model of " + path + " (its KV caches and scratch)");
         if (!tp.leads()) {
           tp.follow();
           return 0;

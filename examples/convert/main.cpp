@@ -6,6 +6,7 @@
 
 #include <cstdio>
 
+#include "common/report_failures.hpp"
 #include "streamllm/loaders/convert.hpp"
 
 int main(int argc, char** argv) {
@@ -17,7 +18,8 @@ int main(int argc, char** argv) {
   app.add_option("-t,--type", type, streamllm::io::recipe_names())->capture_default_str();
   app.add_option("--name", name, "general.name")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  try {
+  return examples::report_failures("convert", [&] {
+    examples::step("converting " + model + " to " + type + " (a tensor's converted copy)");
     streamllm::io::convert_llama2c_to_gguf(model, tokenizer, out, streamllm::io::parse_recipe(type), name);
     const streamllm::io::GgufFile f(out);
     std::size_t by_type[64] = {};
@@ -32,8 +34,5 @@ int main(int argc, char** argv) {
       }
     std::printf(")\n");
     return 0;
-  } catch (const streamllm::Error& e) {
-    std::fprintf(stderr, "convert: %s\n", e.what());
-    return 1;
-  }
+  });
 }

@@ -101,14 +101,11 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  try {
+  return examples::report_failures("generate", [&] {
     if (o.model.empty()) throw streamllm::Error("no --model given and no data folder found (set STREAMLLM_DATA_DIR)");
     examples::set_threads(o.threads);
     const auto info = streamllm::read_model_info(o.model);
     if (o.tokenizer.empty()) o.tokenizer = examples::default_tokenizer(o.model, info);
     return examples::with_model(argc, argv, o.model, info, [&](auto& model) { return run(o, model); });
-  } catch (const streamllm::Error& e) {
-    std::fprintf(stderr, "generate: %s\n", e.what());
-    return 1;
-  }
+  });
 }

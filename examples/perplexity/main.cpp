@@ -189,14 +189,11 @@ int main(int argc, char** argv) {
   app.add_option("--chunk", o.chunk, "tokens per batched pass")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("-j,--threads", o.threads, "OpenMP threads, 0 = all cores")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  try {
+  return examples::report_failures("perplexity", [&] {
     if (o.sinks >= o.cache) throw streamllm::InputError("--sinks must be smaller than --cache");
     examples::set_threads(o.threads);
     const auto info = streamllm::read_model_info(o.model);
     if (o.tokenizer.empty()) o.tokenizer = examples::default_tokenizer(o.model, info);
     return examples::with_model(argc, argv, o.model, info, [&](auto& model) { return run(o, model); });
-  } catch (const streamllm::Error& e) {
-    std::fprintf(stderr, "perplexity: %s\n", e.what());
-    return 1;
-  }
+  });
 }

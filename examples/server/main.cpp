@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
-  try {
+  return examples::report_failures("server", [&] {
     if (model.empty()) throw streamllm::Error("no --model given and no data folder found (set STREAMLLM_DATA_DIR)");
     examples::set_threads(threads);
     const auto info = streamllm::read_model_info(model);
@@ -134,14 +134,5 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "server: stopped\n");
       return 0;
     });
-  } catch (const streamllm::Error& e) {
-    std::fprintf(stderr, "server: %s\n", e.what());
-    return 1;
-  } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "server: out of memory loading the model or its caches\n");
-    return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "server: %s\n", e.what());
-    return 1;
-  }
+  });
 }

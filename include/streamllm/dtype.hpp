@@ -21,9 +21,13 @@ enum class DType : std::uint32_t {
   Q5_0 = 6,
   Q5_1 = 7,
   Q8_0 = 8,
+  Q2_K = 10,
+  Q3_K = 11,
   Q4_K = 12,
   Q5_K = 13,
   Q6_K = 14,
+  IQ4_NL = 20,
+  IQ4_XS = 23,
   BF16 = 30,
   // In memory only, never in a file: Q8_0 and Q4_0 rows interleaved in
   // groups of 16 blocks for the AVX-512 int8 kernels (quant/interleaved.hpp).
@@ -48,9 +52,13 @@ constexpr DTypeTraits traits(DType t) {
     case DType::Q4_1: return {"Q4_1", 32, 20};
     case DType::Q5_0: return {"Q5_0", 32, 22};
     case DType::Q5_1: return {"Q5_1", 32, 24};
+    case DType::Q2_K: return {"Q2_K", 256, 84};
+    case DType::Q3_K: return {"Q3_K", 256, 110};
     case DType::Q4_K: return {"Q4_K", 256, 144};
     case DType::Q5_K: return {"Q5_K", 256, 176};
     case DType::Q6_K: return {"Q6_K", 256, 210};
+    case DType::IQ4_NL: return {"IQ4_NL", 32, 18};
+    case DType::IQ4_XS: return {"IQ4_XS", 256, 136};
     case DType::Q8_0x16: return {"Q8_0x16", 32, 34};
     case DType::Q4_0x16: return {"Q4_0x16", 32, 18};
   }
@@ -59,8 +67,9 @@ constexpr DTypeTraits traits(DType t) {
 
 // Every type a file may hold that streamllm reads: the list the loaders,
 // the converter's checks, the error messages and the tests take.
-inline constexpr DType kFileTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
-                                       DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+inline constexpr DType kFileTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,   DType::Q4_0,
+                                       DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K,   DType::Q3_K,
+                                       DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS};
 
 constexpr bool is_known_dtype(std::uint32_t id) {
   for (DType t : kFileTypes)
@@ -77,6 +86,23 @@ inline std::string file_type_names() {
 }
 
 constexpr std::string_view dtype_name(DType t) { return traits(t).name; }
+
+// The name ggml gives a type id, for the ones streamllm does not read too
+// ("IQ2_XXS"); empty for an id ggml never used.
+constexpr std::string_view ggml_type_name(std::uint32_t id) {
+  constexpr std::string_view names[] = {
+      "F32",    "F16",      "Q4_0",     "Q4_1",     "Q4_2",  "Q4_3",  "Q5_0",       "Q5_1",       "Q8_0",       "Q8_1",
+      "Q2_K",   "Q3_K",     "Q4_K",     "Q5_K",     "Q6_K",  "Q8_K",  "IQ2_XXS",    "IQ2_XS",     "IQ3_XXS",    "IQ1_S",
+      "IQ4_NL", "IQ3_S",    "IQ2_S",    "IQ4_XS",   "I8",    "I16",   "I32",        "I64",        "F64",        "IQ1_M",
+      "BF16",   "Q4_0_4_4", "Q4_0_4_8", "Q4_0_8_8", "TQ1_0", "TQ2_0", "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8", "MXFP4"};
+  return id < std::size(names) ? names[id] : std::string_view();
+}
+
+// "IQ2_XXS (type 16)", or "an unknown type 99" for an id ggml never used: for messages.
+inline std::string ggml_type_label(std::uint32_t id) {
+  const std::string_view name = ggml_type_name(id);
+  return name.empty() ? "an unknown type " + std::to_string(id) : std::string(name) + " (type " + std::to_string(id) + ")";
+}
 
 // The K-quants: super-blocks of 256 with a scale per sub-block (and, Q4_K
 // and Q5_K, a min).

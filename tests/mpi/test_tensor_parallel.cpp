@@ -127,7 +127,7 @@ std::string wide_model(const std::string& type) {
   const auto bin = (test::scratch() / "wide.bin").string(), path = (test::scratch() / ("wide-" + type + ".gguf")).string();
   if (test::mpi().rank() == 0) {
     const ModelShape s = Wide::shape();
-    std::vector<float> w(static_cast<std::size_t>(io::llama2c_float_count(s, true)));
+    std::vector<float> w(static_cast<std::size_t>(io::llama2c_float_count(s, true).value()));
     std::mt19937 gen(11);
     std::normal_distribution<float> normal(0.0f, 0.05f);
     for (float& x : w) x = normal(gen);
@@ -245,4 +245,33 @@ TEST_CASE("a shard without its link to the other ranks refuses to run", "[ranks]
   KVCache<TensorShard<Stories, 2>> cache;
   REQUIRE_THROWS_WITH(alone.decode(1, cache), Catch::Contains("no link to the others"));
   REQUIRE(cache.size() == 0);
+}
+
+TEST_CASE("the all-reduce sums a message longer than one MPI call exactly, in f32 and in bf16", "[ranks]") {
+  // A prefill of many rows is summed in several calls (mpi_link.hpp): every
+  // element must still be the sum over the ranks, the tail included.
+  const int size = test::mpi().size(), rank = test::mpi().rank();
+  if (size != 2 && size != 4) return;
+  const std::size_t n = 3 * (std::size_t(1) << 18) + 5;  // three calls of f32 and a tail
+  for (auto precision : {parallel::AllReducePrecision::F32, parallel::AllReducePrecision::BF16}) {
+    INFO("bf16: " << (precision == parallel::AllReducePrecision::BF16));
+    parallel::MpiShardLink<TensorShard<Stories, 2>> link(test::mpi().comm(), std::vector<SliceBounds>(std::size_t(size)),
+                                                         precision);
+    // Small integers: exact in bf16 too, and so are their sums (< 256).
+    std::vector<float> x(n);
+    for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<float>((rank + 1) * static_cast<int>(i % 16));
+    link.sum(x.data(), n);
+    const float ranks_sum = static_cast<float>(size * (size + 1) / 2);
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < n; ++i) wrong += x[i] != ranks_sum * static_cast<float>(i % 16);
+    REQUIRE(wrong == 0);
+    REQUIRE(link.stats().all_reduce_bytes == n * (precision == parallel::AllReducePrecision::F32 ? 4 : 2));
+    REQUIRE(link.stats().all_reduce_calls > 1);
+    // Rank 0's link stops the others when it goes: they wait for that.
+    if (rank != 0) {
+      Llama<TensorShard<Stories, 2>> idle(shard_weights<Stories, 2>(
+          load_weights<Stories>(test::model_path("stories260K.bin"), LoadMode::Mapped, WeightLayout::AsInFile), 0));
+      link.follow(idle);
+    }
+  }
 }

@@ -348,7 +348,7 @@ class GgufFile {
     }
     const auto type = c.read<std::uint32_t>("type of '" + t.name + "'");
     if (!is_known_dtype(type))
-      fail("tensor '" + t.name + "' has type " + std::to_string(type) + ", which streamllm does not read (" + file_type_names() +
+      fail("tensor '" + t.name + "' holds " + ggml_type_label(type) + ", which streamllm does not read (" + file_type_names() +
            " are supported)");
     t.type = static_cast<DType>(type);
     const auto block = traits(t.type).block_elems;

@@ -12,10 +12,29 @@
 
 namespace streamllm::io {
 
-// What a converted file holds: one type for all matrices, or a K-quant mix
-// as llama.cpp makes it (Q4_K_M, Q5_K_M: Q6_K for the output and for attn_v
-// / ffn_down in the layers that matter most, Q4_K or Q5_K elsewhere).
-enum class ConvertRecipe { F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q4_K_M, Q5_K_M };
+// What a converted file holds: one type for all matrices, or a mix as
+// llama.cpp's llama-quantize makes it for a Llama model (tensor_type).
+enum class ConvertRecipe {
+  F32,
+  F16,
+  BF16,
+  Q8_0,
+  Q4_0,
+  Q4_1,
+  Q5_0,
+  Q5_1,
+  Q4_K,
+  Q5_K,
+  Q6_K,
+  Q4_K_M,
+  Q5_K_M,
+  Q2_K,
+  Q3_K_S,
+  Q3_K_M,
+  Q3_K_L,
+  IQ4_NL,
+  IQ4_XS
+};
 
 struct RecipeInfo {
   const char* name;
@@ -24,13 +43,16 @@ struct RecipeInfo {
   std::uint32_t file_type;  // llama.cpp's llama_ftype
 };
 inline constexpr RecipeInfo kRecipes[] = {
-    {"f32", ConvertRecipe::F32, DType::F32, 0},        {"f16", ConvertRecipe::F16, DType::F16, 1},
-    {"bf16", ConvertRecipe::BF16, DType::BF16, 32},    {"q8_0", ConvertRecipe::Q8_0, DType::Q8_0, 7},
-    {"q4_0", ConvertRecipe::Q4_0, DType::Q4_0, 2},     {"q4_1", ConvertRecipe::Q4_1, DType::Q4_1, 3},
-    {"q5_0", ConvertRecipe::Q5_0, DType::Q5_0, 8},     {"q5_1", ConvertRecipe::Q5_1, DType::Q5_1, 9},
-    {"q4_k", ConvertRecipe::Q4_K, DType::Q4_K, 14},    {"q5_k", ConvertRecipe::Q5_K, DType::Q5_K, 16},
-    {"q6_k", ConvertRecipe::Q6_K, DType::Q6_K, 18},    {"q4_k_m", ConvertRecipe::Q4_K_M, DType::Q4_K, 15},
-    {"q5_k_m", ConvertRecipe::Q5_K_M, DType::Q5_K, 17}};
+    {"f32", ConvertRecipe::F32, DType::F32, 0},          {"f16", ConvertRecipe::F16, DType::F16, 1},
+    {"bf16", ConvertRecipe::BF16, DType::BF16, 32},      {"q8_0", ConvertRecipe::Q8_0, DType::Q8_0, 7},
+    {"q4_0", ConvertRecipe::Q4_0, DType::Q4_0, 2},       {"q4_1", ConvertRecipe::Q4_1, DType::Q4_1, 3},
+    {"q5_0", ConvertRecipe::Q5_0, DType::Q5_0, 8},       {"q5_1", ConvertRecipe::Q5_1, DType::Q5_1, 9},
+    {"q4_k", ConvertRecipe::Q4_K, DType::Q4_K, 14},      {"q5_k", ConvertRecipe::Q5_K, DType::Q5_K, 16},
+    {"q6_k", ConvertRecipe::Q6_K, DType::Q6_K, 18},      {"q4_k_m", ConvertRecipe::Q4_K_M, DType::Q4_K, 15},
+    {"q5_k_m", ConvertRecipe::Q5_K_M, DType::Q5_K, 17},  {"q2_k", ConvertRecipe::Q2_K, DType::Q2_K, 10},
+    {"q3_k_s", ConvertRecipe::Q3_K_S, DType::Q3_K, 11},  {"q3_k_m", ConvertRecipe::Q3_K_M, DType::Q3_K, 12},
+    {"q3_k_l", ConvertRecipe::Q3_K_L, DType::Q3_K, 13},  {"iq4_nl", ConvertRecipe::IQ4_NL, DType::IQ4_NL, 25},
+    {"iq4_xs", ConvertRecipe::IQ4_XS, DType::IQ4_XS, 30}};
 
 inline const RecipeInfo& recipe_info(ConvertRecipe r) {
   for (const auto& info : kRecipes)
@@ -52,22 +74,67 @@ inline ConvertRecipe parse_recipe(const std::string& s) {
 
 inline std::uint32_t file_type(ConvertRecipe r) { return recipe_info(r).file_type; }
 
-// The type of one tensor. Vectors stay F32; a matrix whose rows do not fill
-// whole blocks falls back as llama.cpp's quantiser does: a K-quant to the
-// blocks of 32 with about its bits (Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to
-// Q8_0), and anything to F16 if those do not fit either.
-inline DType tensor_type(ConvertRecipe r, const std::string& name, std::int64_t row_len, std::int64_t layer, std::int64_t layers,
-                         bool tied_output) {
-  DType t = recipe_info(r).type;
-  if (r == ConvertRecipe::Q4_K_M || r == ConvertRecipe::Q5_K_M) {
-    // More bits where quantisation hurts most: first and last eighth, and every third layer between.
-    const bool more = layer >= 0 && (layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2);
-    const bool output = name == "output.weight" || (tied_output && name == "token_embd.weight");
-    const bool sensitive = name.find("attn_v.weight") != std::string::npos || name.find("ffn_down.weight") != std::string::npos;
-    if (output || (sensitive && more)) t = DType::Q6_K;
+// Where a matrix sits in the model, for the mixes' rules.
+struct TensorPlace {
+  const std::string& name;
+  std::int64_t layer;  // -1 outside the layers
+  std::int64_t layers;
+  std::int64_t gqa;  // query heads per KV head
+  bool tied_output;  // token_embd is the classifier too
+};
+
+// The type llama-quantize gives a Llama matrix in a mix: more bits for the
+// classifier, and for attn_v, ffn_down and attn_output where quantisation
+// hurts most (llama.cpp's llama_tensor_get_type, for this architecture).
+inline DType mixed_type(ConvertRecipe r, const TensorPlace& at) {
+  const DType base = recipe_info(r).type;
+  const bool output = at.name == "output.weight" || (at.tied_output && at.name == "token_embd.weight");
+  const auto has = [&](const char* kind) { return at.name.find(kind) != std::string::npos; };
+  const bool attn_v = has("attn_v.weight"), ffn_down = has("ffn_down.weight"), attn_out = has("attn_output.weight");
+  switch (r) {
+    case ConvertRecipe::Q4_K_M:
+    case ConvertRecipe::Q5_K_M: {
+      // First and last eighth of the layers, and every third between.
+      const std::int64_t l = at.layer, n = at.layers;
+      const bool more = l >= 0 && (l < n / 8 || l >= 7 * n / 8 || (l - n / 8) % 3 == 2);
+      return output || ((attn_v || ffn_down) && more) ? DType::Q6_K : base;
+    }
+    case ConvertRecipe::Q2_K:
+      if (output) return DType::Q6_K;
+      if (attn_v) return at.gqa >= 4 ? DType::Q4_K : DType::Q3_K;
+      return ffn_down || attn_out ? DType::Q3_K : base;
+    case ConvertRecipe::Q3_K_S: return output ? DType::Q6_K : base;
+    case ConvertRecipe::Q3_K_M:
+      if (output) return DType::Q6_K;
+      if (attn_v) return at.layer < 2 ? DType::Q5_K : DType::Q4_K;
+      if (ffn_down) return at.layer < at.layers / 16 ? DType::Q5_K : DType::Q4_K;
+      return attn_out ? DType::Q4_K : base;
+    case ConvertRecipe::Q3_K_L:
+      if (output) return DType::Q6_K;
+      return attn_v || ffn_down || attn_out ? DType::Q5_K : base;
+    case ConvertRecipe::IQ4_NL:
+    case ConvertRecipe::IQ4_XS:
+      if (output) return DType::Q6_K;
+      return attn_v && at.gqa >= 4 ? DType::Q5_K : base;
+    default: return base;
   }
-  if (row_len % traits(t).block_elems != 0 && traits(t).block_elems == 256)
-    t = t == DType::Q4_K ? DType::Q5_0 : t == DType::Q5_K ? DType::Q5_1 : DType::Q8_0;
+}
+
+// The type of one matrix of row length row_len. Rows that do not fill whole
+// blocks fall back as llama-quantize does: the 2- and 3-bit K-quants and
+// IQ4_XS to IQ4_NL, Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0 (blocks of 32
+// with about their bits), and anything to F16 if those do not fit either.
+inline DType tensor_type(ConvertRecipe r, const TensorPlace& at, std::int64_t row_len) {
+  DType t = mixed_type(r, at);
+  if (row_len % traits(t).block_elems != 0) switch (t) {
+      case DType::Q2_K:
+      case DType::Q3_K:
+      case DType::IQ4_XS: t = DType::IQ4_NL; break;
+      case DType::Q4_K: t = DType::Q5_0; break;
+      case DType::Q5_K: t = DType::Q5_1; break;
+      case DType::Q6_K: t = DType::Q8_0; break;
+      default: break;
+    }
   if (row_len % traits(t).block_elems != 0) t = DType::F16;
   return t;
 }
@@ -114,11 +181,11 @@ inline void write_llama_metadata(GgufWriter& w, const ModelShape& s, const Sente
 
 // One tensor of f32 values, in the recipe's type for it.
 inline void add_converted_tensor(GgufWriter& w, ConvertRecipe recipe, const std::string& name,
-                                 const std::vector<std::int64_t>& dims, const float* data, std::int64_t layers,
+                                 const std::vector<std::int64_t>& dims, const float* data, std::int64_t layers, std::int64_t gqa,
                                  bool tied_output) {
   std::int64_t layer = -1;
   if (name.rfind("blk.", 0) == 0) layer = std::stoll(name.substr(4));
-  const DType type = dims.size() == 1 ? DType::F32 : tensor_type(recipe, name, dims[0], layer, layers, tied_output);
+  const DType type = dims.size() == 1 ? DType::F32 : tensor_type(recipe, {name, layer, layers, gqa, tied_output}, dims[0]);
   std::int64_t rows = 1;
   for (std::size_t i = 1; i < dims.size(); ++i) rows *= dims[i];
   std::vector<std::byte> bytes(static_cast<std::size_t>(row_bytes(type, dims[0]) * rows));
@@ -138,7 +205,7 @@ inline void convert_llama2c_to_gguf(const std::string& model_path, const std::st
   GgufWriter w;
   write_llama_metadata(w, s, SentencePieceModel::read(tokenizer_path), recipe, name);
   for (const auto& t : llama2c_tensors(f)) try {
-      add_converted_tensor(w, recipe, t.name, t.dims, t.data, s.layers, shared);
+      add_converted_tensor(w, recipe, t.name, t.dims, t.data, s.layers, s.heads / s.kv_heads, shared);
     } catch (const InputError& e) {  // a value the type cannot hold: the input file's fault
       throw FileError(model_path, e.what());
     }

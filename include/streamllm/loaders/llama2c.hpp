@@ -6,11 +6,13 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "streamllm/checked_size.hpp"
 #include "streamllm/config.hpp"
 #include "streamllm/error.hpp"
 #include "streamllm/formats/mapped_file.hpp"
@@ -50,18 +52,31 @@ inline ModelShape read_llama2c_shape(const MappedFile& f, bool* shared_classifie
           h.seq_len};
 }
 
-// Number of floats after the header for a shape.
-inline std::int64_t llama2c_float_count(const ModelShape& s, bool shared_classifier) {
-  const std::int64_t head = s.dim / s.heads, kv = s.kv_heads * head;
-  std::int64_t n = s.vocab * s.dim;                      // token embedding
-  n += s.layers * s.dim;                                 // rms_att
-  n += s.layers * (s.dim * s.dim * 2 + kv * s.dim * 2);  // wq wo, wk wv
-  n += s.layers * s.dim;                                 // rms_ffn
-  n += s.layers * s.hidden_dim * s.dim * 3;              // w1 w2 w3
-  n += s.dim;                                            // rms_final
-  n += s.max_seq * head;                                 // freq_cis real + imag (unused)
-  if (!shared_classifier) n += s.vocab * s.dim;
-  return n;
+// Number of floats after the header for a shape; nothing where the count
+// overflows int64 (a crafted header: every field is an int32).
+inline std::optional<std::int64_t> llama2c_float_count(const ModelShape& s, bool shared_classifier) {
+  const CheckedSize head = s.dim / s.heads, kv = CheckedSize(s.kv_heads) * head, dim = s.dim, layers = s.layers;
+  CheckedSize n = CheckedSize(s.vocab) * dim;         // token embedding
+  n += layers * dim;                                  // rms_att
+  n += layers * (dim * dim * 2 + kv * dim * 2);       // wq wo, wk wv
+  n += layers * dim;                                  // rms_ffn
+  n += layers * CheckedSize(s.hidden_dim) * dim * 3;  // w1 w2 w3
+  n += dim;                                           // rms_final
+  n += CheckedSize(s.max_seq) * head;                 // freq_cis real + imag (unused)
+  if (!shared_classifier) n += CheckedSize(s.vocab) * dim;
+  return n.value();
+}
+
+// Bytes of a checkpoint of shape s: its header and floats. Throws FileError
+// where that does not fit in 64 bits.
+inline std::int64_t llama2c_file_bytes(const ModelShape& s, bool shared_classifier, const std::string& path) {
+  const auto floats = llama2c_float_count(s, shared_classifier);
+  const auto bytes = floats ? (CheckedSize(*floats) * 4 + static_cast<std::int64_t>(kLlama2cHeaderBytes)).value() : std::nullopt;
+  if (!bytes)
+    throw FileError(path, "header's shape (dim " + std::to_string(s.dim) + ", hidden_dim " + std::to_string(s.hidden_dim) + ", " +
+                              std::to_string(s.layers) + " layers, vocabulary " + std::to_string(s.vocab) +
+                              ") is impossible: its weights would need more than 2^63 bytes");
+  return *bytes;
 }
 
 template <class Config>
@@ -71,7 +86,7 @@ ModelWeights<Config> load_llama2c(const std::string& path, LoadMode mode = LoadM
   bool shared = true;
   const ModelShape shape = read_llama2c_shape(*file, &shared);
   check_shape<Config>(shape, path);
-  const std::int64_t need = static_cast<std::int64_t>(kLlama2cHeaderBytes) + 4 * llama2c_float_count(shape, shared);
+  const std::int64_t need = llama2c_file_bytes(shape, shared, path);
   const auto have = static_cast<std::int64_t>(file->size());
   if (have < need)
     throw FileError(path, "truncated: the shape in its header needs " + std::to_string(need) + " bytes, the file has " +
@@ -123,7 +138,7 @@ struct Llama2cTensor {
 inline std::vector<Llama2cTensor> llama2c_tensors(const MappedFile& f) {
   bool shared = true;
   const ModelShape s = read_llama2c_shape(f, &shared);
-  const std::int64_t need = static_cast<std::int64_t>(kLlama2cHeaderBytes) + 4 * llama2c_float_count(s, shared);
+  const std::int64_t need = llama2c_file_bytes(s, shared, f.path());
   if (static_cast<std::int64_t>(f.size()) != need)
     throw FileError(f.path(),
                     "has " + std::to_string(f.size()) + " bytes, the shape in its header needs " + std::to_string(need));
@@ -159,9 +174,10 @@ inline std::vector<Llama2cTensor> llama2c_tensors(const MappedFile& f) {
 // values in file order. Used by tests (corrupt files) and benchmarks (random
 // weights of a given shape).
 inline void write_llama2c(const std::string& path, const ModelShape& s, bool shared_classifier, std::span<const float> floats) {
-  if (static_cast<std::int64_t>(floats.size()) != llama2c_float_count(s, shared_classifier))
+  const auto need = llama2c_float_count(s, shared_classifier);
+  if (!need || static_cast<std::int64_t>(floats.size()) != *need)
     throw Error("write_llama2c: " + std::to_string(floats.size()) + " floats given, the shape needs " +
-                std::to_string(llama2c_float_count(s, shared_classifier)));
+                (need ? std::to_string(*need) : std::string("more than 2^63")));
   std::ofstream out(path, std::ios::binary);
   if (!out) throw FileError(path, "cannot create");
   const Llama2cHeader h{static_cast<std::int32_t>(s.dim),      static_cast<std::int32_t>(s.hidden_dim),

@@ -15,6 +15,8 @@
 #include "streamllm/dtype.hpp"
 #include "streamllm/error.hpp"
 #include "streamllm/quant/interleaved.hpp"
+#include "streamllm/quant/low_bit_kquants.hpp"
+#include "streamllm/quant/nonlinear_blocks.hpp"
 
 namespace streamllm::quant {
 
@@ -218,6 +220,10 @@ inline void dequantize_row(DType t, const std::byte* src, std::int64_t cols, flo
     case DType::Q4_K: return dequantize_blocks<BlockQ4K, kQKK>(src, cols, y);
     case DType::Q5_K: return dequantize_blocks<BlockQ5K, kQKK>(src, cols, y);
     case DType::Q6_K: return dequantize_blocks<BlockQ6K, kQKK>(src, cols, y);
+    case DType::Q2_K: return dequantize_blocks<BlockQ2K, kQKK>(src, cols, y);
+    case DType::Q3_K: return dequantize_blocks<BlockQ3K, kQKK>(src, cols, y);
+    case DType::IQ4_NL: return dequantize_blocks<BlockIQ4NL, kQK>(src, cols, y);
+    case DType::IQ4_XS: return dequantize_blocks<BlockIQ4XS, kQKK>(src, cols, y);
     case DType::Q8_0x16:
     case DType::Q4_0x16: {
       // A group at a time back to its blocks; the tail is blocks already.
@@ -467,6 +473,10 @@ inline void quantize_row(DType t, const float* x, std::int64_t cols, std::byte* 
     case DType::Q4_K: return quantize_blocks<BlockQ4K, kQKK>(x, cols, dst);
     case DType::Q5_K: return quantize_blocks<BlockQ5K, kQKK>(x, cols, dst);
     case DType::Q6_K: return quantize_blocks<BlockQ6K, kQKK>(x, cols, dst);
+    case DType::Q2_K: return quantize_blocks<BlockQ2K, kQKK>(x, cols, dst);
+    case DType::Q3_K: return quantize_blocks<BlockQ3K, kQKK>(x, cols, dst);
+    case DType::IQ4_NL: return quantize_blocks<BlockIQ4NL, kQK>(x, cols, dst);
+    case DType::IQ4_XS: return quantize_blocks<BlockIQ4XS, kQKK>(x, cols, dst);
     case DType::Q8_0x16:
     case DType::Q4_0x16: {
       std::vector<std::byte> blocks(static_cast<std::size_t>(row_bytes(t, cols)));
