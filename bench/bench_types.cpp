@@ -34,15 +34,9 @@ std::vector<TokenId> tokens(std::size_t n) {
   return t;
 }
 
-// The unit most of a file's prefill runs on (q4_k_m, q5_k_m: that of the K-quants).
+// The unit most of a file's prefill runs on: that of its recipe's main type.
 bench::ComputeUnit prefill_unit(const std::string& type) {
-  if (type == "f32") return bench::compute_unit(DType::F32);
-  if (type == "f16") return bench::compute_unit(DType::F16);
-  if (type == "bf16") return bench::compute_unit(DType::BF16);
-  if (type == "q8_0") return bench::compute_unit(DType::Q8_0);
-  if (type == "q4_0") return bench::compute_unit(DType::Q4_0);
-  if (type == "q5_0") return bench::compute_unit(DType::Q5_0);
-  return bench::compute_unit(DType::Q4_K);
+  return bench::compute_unit(io::recipe_info(io::parse_recipe(type)).type);
 }
 
 // args: threads, prompt tokens
@@ -107,7 +101,7 @@ void decode(benchmark::State& state, const std::string& type) {
 }
 
 void register_all() {
-  for (const char* t : {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k_m", "q5_k_m", "q5_0"}) {
+  for (const char* t : {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k_m", "q5_k_m", "q5_0", "q3_k_m", "q2_k", "iq4_xs", "iq4_nl"}) {
     const std::string type = t;
     benchmark::RegisterBenchmark(("Prefill/" + type).c_str(), [type](benchmark::State& s) { prefill(s, type); })
         ->ArgsProduct({{1, 2}, {128, 512}})

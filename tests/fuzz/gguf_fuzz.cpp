@@ -1,6 +1,6 @@
 // libFuzzer target: any bytes through the GGUF reader, the llama shape, the
-// tokenizer metadata, (when the bytes hold a whole model of FuzzShape) the
-// weight loader and a forward pass, and the SentencePiece .model parser. Only streamllm::Error may come out;
+// tokenizer metadata, (when the bytes hold a whole model of FuzzShape or
+// FuzzShapeK) the weight loader and a forward pass, and the SentencePiece .model parser. Only streamllm::Error may come out;
 // AddressSanitizer and UBSan catch any read outside the buffer and any
 // undefined conversion of a value taken from the file.
 #include <cstddef>
@@ -14,6 +14,18 @@
 #include "streamllm/formats/sentencepiece_model.hpp"
 #include "streamllm/model.hpp"
 
+namespace {
+// The weights of a file of Config's shape through the loader and a forward pass.
+template <class Config>
+void run_model(const std::shared_ptr<const streamllm::io::GgufFile>& f) {
+  streamllm::Llama<Config> model(streamllm::io::load_gguf<Config>(f));
+  streamllm::KVCache<Config> cache;
+  const streamllm::TokenId prompt[] = {1, 3, 5};
+  (void)model.prefill(prompt, cache);
+  (void)model.decode(2, cache);
+}
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using streamllm::fuzz::FuzzShape;
   const auto* bytes = reinterpret_cast<const std::byte*>(data);
@@ -24,12 +36,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         volatile std::byte last = t.data[t.bytes - 1];  // must be inside the buffer
         (void)last;
       }
-    (void)streamllm::io::gguf_shape(*f);
-    streamllm::Llama<FuzzShape> model(streamllm::io::load_gguf<FuzzShape>(f));
-    streamllm::KVCache<FuzzShape> cache;
-    const streamllm::TokenId prompt[] = {1, 3, 5};
-    (void)model.prefill(prompt, cache);
-    (void)model.decode(2, cache);
+    const streamllm::ModelShape shape = streamllm::io::gguf_shape(*f);
+    if (shape.dim == streamllm::fuzz::FuzzShapeK::Dim)
+      run_model<streamllm::fuzz::FuzzShapeK>(f);
+    else
+      run_model<FuzzShape>(f);
   } catch (const streamllm::Error&) {}
   try {
     const streamllm::io::GgufFile f(bytes, size, "fuzz-input");

@@ -1,5 +1,7 @@
-// Writes small valid GGUF files as the fuzzer's seed corpus: every metadata
-// type, string and numeric arrays, tensors of each weight type.
+// Writes small valid GGUF files as the GGUF fuzzer's seed corpus (every
+// metadata type, string and numeric arrays, a whole model in each weight
+// type), and, given a second folder, llama2.c checkpoints as the llama2.c
+// fuzzer's.
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -7,14 +9,15 @@
 #include "fuzz_shape.hpp"
 #include "streamllm/formats/gguf_writer.hpp"
 #include "streamllm/formats/sentencepiece_model.hpp"
+#include "streamllm/loaders/llama2c.hpp"
 #include "streamllm/quant/blocks.hpp"
 
 namespace {
 
-// A Llama of FuzzShape with matrices in `type` (norms stay F32).
+// A Llama of shape C with matrices in `type` (norms stay F32).
+template <class C>
 void write_model(const std::string& path, streamllm::DType type) {
   using streamllm::DType;
-  using C = streamllm::fuzz::FuzzShape;
   streamllm::io::GgufWriter w;
   w.set("general.architecture", std::string("llama"));
   w.set("llama.embedding_length", std::uint32_t(C::Dim));
@@ -50,7 +53,7 @@ void write_model(const std::string& path, streamllm::DType type) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) return 2;
+  if (argc != 2 && argc != 3) return 2;
   const std::string dir = argv[1];
   using streamllm::DType;
   namespace io = streamllm::io;
@@ -82,10 +85,16 @@ int main(int argc, char** argv) {
     w.add_tensor("t" + std::to_string(n++), t, {64, 2}, b);
   }
   w.write(dir + "/seed-all-types.gguf");
-  // Whole models of the fuzzer's shape (tests/fuzz/fuzz_shape.hpp), so the
-  // loader and a forward pass run on mutations of real files.
-  for (DType t : {DType::F32, DType::Q8_0, DType::Q4_0})
-    write_model(dir + "/seed-model-" + std::string(streamllm::dtype_name(t)) + ".gguf", t);
+  // Whole models of the fuzzer's shapes (tests/fuzz/fuzz_shape.hpp), one per
+  // weight type, so the loader, every type's decoder and a forward pass run
+  // on mutations of real files.
+  for (DType t : streamllm::kFileTypes) {
+    const std::string path = dir + "/seed-model-" + std::string(streamllm::dtype_name(t)) + ".gguf";
+    if (streamllm::traits(t).block_elems == 256)
+      write_model<streamllm::fuzz::FuzzShapeK>(path, t);
+    else
+      write_model<streamllm::fuzz::FuzzShape>(path, t);
+  }
   io::SentencePieceModel sp;
   sp.pieces = {{"<unk>", 0, io::SentencePieceModel::Unknown},
                {"<s>", 0, io::SentencePieceModel::Control},
@@ -100,5 +109,13 @@ int main(int argc, char** argv) {
   io::GgufWriter empty;
   empty.set("general.architecture", std::string("llama"));
   empty.write(dir + "/seed-empty.gguf");
+  if (argc == 3) {  // llama2.c checkpoints of FuzzShape: the classifier shared, and a separate one
+    const streamllm::ModelShape s = streamllm::fuzz::FuzzShape::shape();
+    for (const bool shared : {true, false}) {
+      std::vector<float> floats(static_cast<std::size_t>(streamllm::io::llama2c_float_count(s, shared).value()));
+      for (std::size_t i = 0; i < floats.size(); ++i) floats[i] = static_cast<float>(i % 13) / 13.0f - 0.5f;
+      io::write_llama2c(std::string(argv[2]) + (shared ? "/seed-shared.bin" : "/seed-classifier.bin"), s, shared, floats);
+    }
+  }
   return 0;
 }

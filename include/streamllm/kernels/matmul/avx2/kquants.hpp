@@ -1,7 +1,11 @@
-// AVX2 decode of K-quant rows (Q4_K, Q5_K, Q6_K) against int8 activations.
+// AVX2 decode of K-quant rows (Q4_K, Q5_K, Q6_K) against int8 activations,
+// and the one row loop of every type of 256-element super-blocks (with Q2_K
+// and Q3_K of low_bit_kquants.hpp, IQ4_XS of nonlinear_blocks.hpp).
 #pragma once
 
 #include "streamllm/kernels/matmul/avx2/isa.hpp"
+#include "streamllm/kernels/matmul/avx2/low_bit_kquants.hpp"
+#include "streamllm/kernels/matmul/avx2/nonlinear_blocks.hpp"
 
 #ifdef STREAMLLM_HAVE_AVX2_KERNELS
 
@@ -128,7 +132,7 @@ STREAMLLM_AVX2 inline void q6k_super_block(const quant::BlockQ6K& b, const Quant
   }
 }
 
-// Rows [r0, r1) of a Q4_K, Q5_K or Q6_K matrix against NT tokens.
+// Rows [r0, r1) of a Q2_K, Q3_K, Q4_K, Q5_K, Q6_K or IQ4_XS matrix against NT tokens.
 template <int NT>
 STREAMLLM_AVX2 inline void gemv_kquant_rows(DType type, std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
                                             const QuantizedActivations::Slice& xa, float* y, std::size_t ldy) {
@@ -138,12 +142,14 @@ STREAMLLM_AVX2 inline void gemv_kquant_rows(DType type, std::size_t r0, std::siz
     for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
     const std::byte* row = w + r * row_bytes;
     for (std::size_t sb = 0; sb < super_blocks; ++sb) {
-      if (type == DType::Q4_K)
-        q4k_super_block<NT>(reinterpret_cast<const quant::BlockQ4K*>(row)[sb], xa, sb, acc);
-      else if (type == DType::Q5_K)
-        q4k_super_block<NT>(reinterpret_cast<const quant::BlockQ5K*>(row)[sb], xa, sb, acc);
-      else
-        q6k_super_block<NT>(reinterpret_cast<const quant::BlockQ6K*>(row)[sb], xa, sb, acc);
+      switch (type) {
+        case DType::Q4_K: q4k_super_block<NT>(reinterpret_cast<const quant::BlockQ4K*>(row)[sb], xa, sb, acc); break;
+        case DType::Q5_K: q4k_super_block<NT>(reinterpret_cast<const quant::BlockQ5K*>(row)[sb], xa, sb, acc); break;
+        case DType::Q2_K: q2k_super_block<NT>(reinterpret_cast<const quant::BlockQ2K*>(row)[sb], xa, sb, acc); break;
+        case DType::Q3_K: q3k_super_block<NT>(reinterpret_cast<const quant::BlockQ3K*>(row)[sb], xa, sb, acc); break;
+        case DType::IQ4_XS: iq4xs_super_block<NT>(reinterpret_cast<const quant::BlockIQ4XS*>(row)[sb], xa, sb, acc); break;
+        default: q6k_super_block<NT>(reinterpret_cast<const quant::BlockQ6K*>(row)[sb], xa, sb, acc); break;
+      }
     }
     for (int t = 0; t < NT; ++t) y[static_cast<std::size_t>(t) * ldy + r] = hsum(acc[t]);
   }

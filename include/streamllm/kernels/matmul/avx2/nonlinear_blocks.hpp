@@ -23,41 +23,31 @@ struct IQ4NLRow {
   STREAMLLM_AVX2 static __m256i quants(const Block& b) { return iq4_levels(b.qs); }
 };
 
-// Rows [r0, r1) of an IQ4_XS matrix against NT tokens: a super-block's
-// eight blocks reduced together (lane j: block j), scaled at once by d (ls -
-// 32) dx, as gemv_kquant_rows does for Q4_K.
+// Super-block sb of an IQ4_XS row against NT tokens: its eight blocks
+// reduced together (lane j: block j), scaled at once by d (ls - 32) dx, as
+// the Q4_K kernel does.
 template <int NT>
-STREAMLLM_AVX2 inline void gemv_iq4xs_rows(std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
-                                           const QuantizedActivations::Slice& xa, float* y, std::size_t ldy) {
-  const std::size_t super_blocks = xa.cols() / 256;
+STREAMLLM_AVX2 inline void iq4xs_super_block(const quant::BlockIQ4XS& b, const QuantizedActivations::Slice& xa, std::size_t sb,
+                                             __m256 (&acc)[NT]) {
   const __m256i ones = _mm256_set1_epi16(1);
-  for (std::size_t r = r0; r < r1; ++r) {
-    const auto* row = reinterpret_cast<const quant::BlockIQ4XS*>(w + r * row_bytes);
-    __m256 acc[NT];
-    for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
-    for (std::size_t sb = 0; sb < super_blocks; ++sb) {
-      const quant::BlockIQ4XS& b = row[sb];
-      __m256i q[8], q_abs[8];
-      alignas(32) float levels[8];
-      for (int j = 0; j < 8; ++j) {
-        q[j] = iq4_levels(b.qs + 16 * j);
-        q_abs[j] = _mm256_sign_epi8(q[j], q[j]);
-        levels[j] = static_cast<float>(quant::iq4xs_scale(b, j) - 32);
-      }
-      const __m256 dl = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), _mm256_load_ps(levels));
-      for (int t = 0; t < NT; ++t) {
-        const auto tt = static_cast<std::size_t>(t);
-        const std::int8_t* xq = xa.q_row(tt) + 256 * sb;
-        __m256i dots[8];
-        for (int j = 0; j < 8; ++j) {
-          const __m256i x = _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * j)), q[j]);
-          dots[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(q_abs[j], x), ones);
-        }
-        acc[t] =
-            _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8(dots)), _mm256_mul_ps(dl, _mm256_loadu_ps(xa.d_row(tt) + 8 * sb)), acc[t]);
-      }
+  __m256i q[8], q_abs[8];
+  alignas(32) float levels[8];
+  for (int j = 0; j < 8; ++j) {
+    q[j] = iq4_levels(b.qs + 16 * j);
+    q_abs[j] = _mm256_sign_epi8(q[j], q[j]);
+    levels[j] = static_cast<float>(quant::iq4xs_scale(b, j) - 32);
+  }
+  const __m256 dl = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), _mm256_load_ps(levels));
+  for (int t = 0; t < NT; ++t) {
+    const auto tt = static_cast<std::size_t>(t);
+    const std::int8_t* xq = xa.q_row(tt) + 256 * sb;
+    __m256i dots[8];
+    for (int j = 0; j < 8; ++j) {
+      const __m256i x = _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * j)), q[j]);
+      dots[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(q_abs[j], x), ones);
     }
-    for (int t = 0; t < NT; ++t) y[static_cast<std::size_t>(t) * ldy + r] = hsum(acc[t]);
+    acc[t] =
+        _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8(dots)), _mm256_mul_ps(dl, _mm256_loadu_ps(xa.d_row(tt) + 8 * sb)), acc[t]);
   }
 }
 

@@ -63,13 +63,6 @@ inline void decode_kquant(const TensorView& w, std::size_t r0, std::size_t r1, c
   });
 }
 
-inline void decode_iq4xs(const TensorView& w, std::size_t r0, std::size_t r1, const DecodeInput& in, std::size_t n, float* y,
-                         std::size_t ldy) {
-  const auto stride = static_cast<std::size_t>(w.row_stride);
-  in_token_passes(
-      n, [&]<int NT>(std::size_t t0) { gemv_iq4xs_rows<NT>(r0, r1, w.data, stride, in.xa->slice(t0), y + t0 * ldy, ldy); });
-}
-
 inline void row_to_f32(DType t, const std::byte* src, std::size_t cols, float* dst) {
   if (!dequantize_row_f32(t, src, cols, dst)) scalar_row_to_f32(t, src, cols, dst);
 }
@@ -134,10 +127,15 @@ inline constexpr MatmulKernel kRows[] = {
     int8_tile_row<Int8Q4K, 8, 0>(DType::Q4_K, decode_kquant, portable::decode_kquant),
     int8_tile_row<Int8Q4K, 4, 0>(DType::Q5_K, decode_kquant, portable::decode_kquant),
     int8_tile_row<Int8Q6K, 2, 32>(DType::Q6_K, decode_kquant, portable::decode_kquant),
+    // Q2_K and Q3_K on the f32 tiles for now (no int8 tile format of blocks of 16 with mins yet).
+    float_tile_row(DType::Q2_K, decode_kquant, portable::decode_low_bit_kquant, ActivationLayout::Int8Blocks,
+                   portable::quantize_tokens),
+    float_tile_row(DType::Q3_K, decode_kquant, portable::decode_low_bit_kquant, ActivationLayout::Int8Blocks,
+                   portable::quantize_tokens),
     // Levels of up to 127 either way would saturate the int8 tiles' pair sums, as Q8_0's would.
     float_tile_row(DType::IQ4_NL, decode_blocks<IQ4NLRow>, portable::decode_iq4, ActivationLayout::Int8Blocks,
                    portable::quantize_tokens),
-    float_tile_row(DType::IQ4_XS, decode_iq4xs, portable::decode_iq4, ActivationLayout::Int8Blocks, portable::quantize_tokens),
+    float_tile_row(DType::IQ4_XS, decode_kquant, portable::decode_iq4, ActivationLayout::Int8Blocks, portable::quantize_tokens),
 };
 
 #else

@@ -13,6 +13,7 @@
 #include "streamllm/kernels/matmul/portable/float_rows.hpp"
 #include "streamllm/kernels/matmul/portable/int8_blocks.hpp"
 #include "streamllm/kernels/matmul/portable/kquants.hpp"
+#include "streamllm/kernels/matmul/portable/low_bit_kquants.hpp"
 #include "streamllm/kernels/matmul/portable/nonlinear_blocks.hpp"
 #include "streamllm/kernels/matmul/portable/unsigned_blocks.hpp"
 
@@ -51,6 +52,11 @@ inline void decode_kquant(const TensorView& w, std::size_t r0, std::size_t r1, c
 inline void decode_iq4(const TensorView& w, std::size_t r0, std::size_t r1, const DecodeInput& in, std::size_t n, float* y,
                        std::size_t ldy) {
   gemv_iq4(w, *in.xa, n, y, ldy, r0, r1);
+}
+
+inline void decode_low_bit_kquant(const TensorView& w, std::size_t r0, std::size_t r1, const DecodeInput& in, std::size_t n,
+                                  float* y, std::size_t ldy) {
+  gemv_low_bit_kquant(w, *in.xa, n, y, ldy, r0, r1);
 }
 
 inline void decode_unsigned_blocks(const TensorView& w, std::size_t r0, std::size_t r1, const DecodeInput& in, std::size_t n,

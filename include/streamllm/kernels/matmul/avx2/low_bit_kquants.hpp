@@ -1,0 +1,86 @@
+// AVX2 decode of Q2_K and Q3_K rows against int8 activations. A vector of
+// 32 quants is one activation block and two of the format's blocks of 16,
+// one per 128-bit half: vpmaddubsw multiplies the quants with the
+// activations, and vpmaddwd by a vector holding each half's scale (int16)
+// adds the pairs scaled. A super-block's eight sums are reduced together
+// (lane j: activation block j) and scaled by d dx at once, as the Q4_K
+// kernel does. Q2_K's mins: one more vpmaddubsw of the mins (as bytes, one
+// per half) with the activations, times dmin dx. Q3_K's quants, -4..3, take
+// Q8_0's sign trick.
+#pragma once
+
+#include "streamllm/kernels/matmul/avx2/isa.hpp"
+
+#ifdef STREAMLLM_HAVE_AVX2_KERNELS
+
+namespace streamllm::kernels::avx2 {
+
+// Vector j (elements 32j..32j+31) of a Q2_K / Q3_K qs: bits 2(j % 4) of
+// bytes 32(j / 4)...
+STREAMLLM_AVX2 inline __m256i low2_bits(const std::uint8_t* qs, int j) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * (j / 4)));
+  return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * (j % 4))), _mm256_set1_epi8(3));
+}
+
+// Two int16 values, one filling each 128-bit half.
+STREAMLLM_AVX2 inline __m256i halves16(int lo, int hi) {
+  return _mm256_set_m128i(_mm_set1_epi16(static_cast<short>(hi)), _mm_set1_epi16(static_cast<short>(lo)));
+}
+
+template <int NT>
+STREAMLLM_AVX2 inline void q2k_super_block(const quant::BlockQ2K& b, const QuantizedActivations::Slice& xa, std::size_t sb,
+                                           __m256 (&acc)[NT]) {
+  const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d)), dmin = _mm256_set1_ps(_cvtsh_ss(b.dmin));
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i q[8], scales16[8], mins8[8];
+  for (int j = 0; j < 8; ++j) {
+    q[j] = low2_bits(b.qs, j);
+    scales16[j] = halves16(b.scales[2 * j] & 0xF, b.scales[2 * j + 1] & 0xF);
+    mins8[j] = _mm256_set_m128i(_mm_set1_epi8(static_cast<char>(b.scales[2 * j + 1] >> 4)),
+                                _mm_set1_epi8(static_cast<char>(b.scales[2 * j] >> 4)));
+  }
+  for (int t = 0; t < NT; ++t) {
+    const auto tt = static_cast<std::size_t>(t);
+    const std::int8_t* xq = xa.q_row(tt) + 256 * sb;
+    __m256i dots[8], mins[8];
+    for (int j = 0; j < 8; ++j) {
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * j));
+      dots[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(q[j], x), scales16[j]);
+      mins[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(mins8[j], x), ones);
+    }
+    const __m256 dx = _mm256_loadu_ps(xa.d_row(tt) + 8 * sb);
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8(dots)), _mm256_mul_ps(d, dx), acc[t]);
+    acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(reduce8(mins)), _mm256_mul_ps(dmin, dx), acc[t]);
+  }
+}
+
+template <int NT>
+STREAMLLM_AVX2 inline void q3k_super_block(const quant::BlockQ3K& b, const QuantizedActivations::Slice& xa, std::size_t sb,
+                                           __m256 (&acc)[NT]) {
+  const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
+  const __m256i hmask = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask)), one = _mm256_set1_epi8(1);
+  int sc[16];
+  quant::q3k_scales(b.scales, sc);
+  __m256i q[8], q_abs[8], scales16[8];
+  for (int j = 0; j < 8; ++j) {
+    // bit j of hmask[l] is element 32j + l's third bit; 16-bit shifts of up to 7 leave each byte's bit j at its bit 0
+    const __m256i high = _mm256_and_si256(_mm256_srl_epi16(hmask, _mm_cvtsi32_si128(j)), one);
+    q[j] = _mm256_sub_epi8(_mm256_add_epi8(low2_bits(b.qs, j), _mm256_slli_epi16(high, 2)), _mm256_set1_epi8(4));  // -4..3
+    q_abs[j] = _mm256_sign_epi8(q[j], q[j]);
+    scales16[j] = halves16(sc[2 * j] - 32, sc[2 * j + 1] - 32);
+  }
+  for (int t = 0; t < NT; ++t) {
+    const auto tt = static_cast<std::size_t>(t);
+    const std::int8_t* xq = xa.q_row(tt) + 256 * sb;
+    __m256i dots[8];
+    for (int j = 0; j < 8; ++j) {
+      const __m256i x = _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * j)), q[j]);
+      dots[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(q_abs[j], x), scales16[j]);
+    }
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8(dots)), _mm256_mul_ps(d, _mm256_loadu_ps(xa.d_row(tt) + 8 * sb)), acc[t]);
+  }
+}
+
+}  // namespace streamllm::kernels::avx2
+
+#endif  // STREAMLLM_HAVE_AVX2_KERNELS
