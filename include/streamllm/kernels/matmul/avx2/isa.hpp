@@ -40,6 +40,15 @@ STREAMLLM_AVX2 inline __m256i reduce8(const __m256i (&v)[8]) {
   return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
 }
 
+// 32 quants against one activation block, the pair sums scaled (vpmaddwd)
+// by scales16: unsigned quants as they are, or signed ones (signed_q) as
+// their magnitudes q_abs against the activations given their signs.
+STREAMLLM_AVX2 inline __m256i kquant_dot(__m256i q_abs, __m256i q_signs, const std::int8_t* xq, __m256i scales16, bool signed_q) {
+  __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
+  if (signed_q) x = _mm256_sign_epi8(x, q_signs);
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(q_abs, x), scales16);
+}
+
 }  // namespace streamllm::kernels::avx2
 
 #endif  // STREAMLLM_HAVE_AVX2_KERNELS

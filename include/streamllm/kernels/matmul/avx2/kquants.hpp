@@ -65,12 +65,6 @@ STREAMLLM_AVX2 inline void q6k_quants(const quant::BlockQ6K& b, __m256i (&q)[8])
   }
 }
 
-STREAMLLM_AVX2 inline __m256i kquant_dot(__m256i q_abs, __m256i q_signs, const std::int8_t* xq, __m256i scales16, bool signed_q) {
-  __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
-  if (signed_q) x = _mm256_sign_epi8(x, q_signs);
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(q_abs, x), scales16);
-}
-
 // Super-block sb of a Q4_K or Q5_K row against NT tokens.
 template <int NT, class Block>
 STREAMLLM_AVX2 inline void q4k_super_block(const Block& b, const QuantizedActivations::Slice& xa, std::size_t sb,

@@ -42,10 +42,7 @@ STREAMLLM_AVX2 inline void iq4xs_super_block(const quant::BlockIQ4XS& b, const Q
     const auto tt = static_cast<std::size_t>(t);
     const std::int8_t* xq = xa.q_row(tt) + 256 * sb;
     __m256i dots[8];
-    for (int j = 0; j < 8; ++j) {
-      const __m256i x = _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * j)), q[j]);
-      dots[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(q_abs[j], x), ones);
-    }
+    for (int j = 0; j < 8; ++j) dots[j] = kquant_dot(q_abs[j], q[j], xq + 32 * j, ones, true);
     acc[t] =
         _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8(dots)), _mm256_mul_ps(dl, _mm256_loadu_ps(xa.d_row(tt) + 8 * sb)), acc[t]);
   }
