@@ -62,6 +62,18 @@ GoldenRun run_golden(Llama<Stories>& m, const test::Golden& g, float tol) {
   return out;
 }
 
+// A llama2.c checkpoint of test::WideInt8's shape, weights N(0, 0.05) from `seed`.
+std::string write_random_wide(const std::string& name, unsigned seed) {
+  const ModelShape s = test::WideInt8::shape();
+  std::vector<float> w(static_cast<std::size_t>(io::llama2c_float_count(s, true).value()));
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  for (float& x : w) x = normal(gen);
+  const auto path = (scratch() / name).string();
+  io::write_llama2c(path, s, true, w);
+  return path;
+}
+
 }  // namespace
 
 TEST_CASE("llama.cpp's stories260K GGUF files reproduce the dense goldens", "[gguf][golden]") {
@@ -204,13 +216,7 @@ TEST_CASE("a model interleaves its Q8_0 / Q4_0 matrices at load and computes wha
   // stay as in the file), random weights: one token (the four-stream
   // kernel), 9 tokens (the batched one), 40 (the int8 tiles).
   using Wide = test::WideInt8;
-  const ModelShape s = Wide::shape();
-  std::vector<float> w(static_cast<std::size_t>(io::llama2c_float_count(s, true).value()));
-  std::mt19937 gen(5);
-  std::normal_distribution<float> normal(0.0f, 0.05f);
-  for (float& x : w) x = normal(gen);
-  const auto bin = (scratch() / "wide.bin").string();
-  io::write_llama2c(bin, s, true, w);
+  const auto bin = write_random_wide("wide.bin", 5);
   for (const char* type : {"q8_0", "q4_0"}) {
     const auto path = (scratch() / (std::string("wide-") + type + ".gguf")).string();
     io::convert_llama2c_to_gguf(bin, test::model_path("tok512.model"), path, io::parse_recipe(type));
@@ -251,13 +257,7 @@ TEST_CASE("files in the 2- and 3-bit K-quants and IQ4 load, and compute on this 
   // dequantises these types; this CPU's rows run them against int8
   // activations (bounded as the typed kernel test bounds them).
   using Wide = test::WideInt8;
-  const ModelShape s = Wide::shape();
-  std::vector<float> w(static_cast<std::size_t>(io::llama2c_float_count(s, true).value()));
-  std::mt19937 gen(7);
-  std::normal_distribution<float> normal(0.0f, 0.05f);
-  for (float& x : w) x = normal(gen);
-  const auto bin = (scratch() / "wide-low-bit.bin").string();
-  io::write_llama2c(bin, s, true, w);
+  const auto bin = write_random_wide("wide-low-bit.bin", 7);
   const std::pair<const char*, DType> recipes[] = {{"q2_k", DType::Q2_K},
                                                    {"q3_k_s", DType::Q3_K},
                                                    {"q3_k_m", DType::Q3_K},

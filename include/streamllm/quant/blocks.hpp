@@ -17,6 +17,7 @@
 #include "streamllm/quant/interleaved.hpp"
 #include "streamllm/quant/low_bit_kquants.hpp"
 #include "streamllm/quant/nonlinear_blocks.hpp"
+#include "streamllm/quant/quantiser_math.hpp"
 
 namespace streamllm::quant {
 
@@ -242,15 +243,6 @@ inline void dequantize_row(DType t, const std::byte* src, std::int64_t cols, flo
 }
 
 // ---- quantisation (ours) ----------------------------------------------------
-
-inline int nearest_int(float x) { return static_cast<int>(std::lround(x)); }
-
-// 1/d, or 0 where that is not finite (d = 0, or a subnormal d whose inverse
-// overflows): such a block quantises to zeros rather than to x * Inf = NaN.
-inline float inverse_or_zero(float d) {
-  const float id = 1.0f / d;
-  return std::abs(id) <= std::numeric_limits<float>::max() ? id : 0.0f;
-}
 
 // Symmetric 8-bit: d = max|x| / 127.
 inline void quantize(const float* x, BlockQ8_0& b) {

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "streamllm/dtype.hpp"
+#include "streamllm/quant/quantiser_math.hpp"
 
 namespace streamllm::quant {
 
@@ -84,7 +85,7 @@ inline void fit_q2_block(const float* v, float& scale, float& min) {
   for (int round = 0; round < 4 && scale > 0; ++round) {
     double sl = 0, sll = 0, sx = 0, sxl = 0;
     for (int l = 0; l < 16; ++l) {
-      const int q = std::clamp(static_cast<int>(std::lround((v[l] + min) / scale)), 0, 3);
+      const int q = std::clamp(nearest_int((v[l] + min) / scale), 0, 3);
       sl += q;
       sll += q * q;
       sx += v[l];
@@ -118,13 +119,12 @@ inline void quantize(const float* x, BlockQ2K& b) {
   const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
   std::uint8_t q[256];
   for (int s = 0; s < 16; ++s) {
-    const int ls = d > 0 ? std::clamp(static_cast<int>(std::lround(scale[s] / d)), 0, 15) : 0;
-    const int lm = dmin > 0 ? std::clamp(static_cast<int>(std::lround(minv[s] / dmin)), 0, 15) : 0;
+    const int ls = d > 0 ? std::clamp(nearest_int(scale[s] / d), 0, 15) : 0;
+    const int lm = dmin > 0 ? std::clamp(nearest_int(minv[s] / dmin), 0, 15) : 0;
     b.scales[s] = static_cast<std::uint8_t>(ls | lm << 4);
     const float dl = d * static_cast<float>(ls), ml = dmin * static_cast<float>(lm);
     for (int l = 0; l < 16; ++l)
-      q[16 * s + l] =
-          static_cast<std::uint8_t>(dl > 0 ? std::clamp(static_cast<int>(std::lround((x[16 * s + l] + ml) / dl)), 0, 3) : 0);
+      q[16 * s + l] = static_cast<std::uint8_t>(dl > 0 ? std::clamp(nearest_int((x[16 * s + l] + ml) / dl), 0, 3) : 0);
   }
   pack_low2_bits(q, b.qs);
 }
@@ -133,20 +133,15 @@ inline void quantize(const float* x, BlockQ2K& b) {
 // magnitude maps to -4, stretched a little either way, each try's quants
 // fitted by least squares, the best fit kept.
 inline float fit_q3_block(const float* v) {
-  float a = 0, m = 0;
-  for (int l = 0; l < 16; ++l)
-    if (std::abs(v[l]) > a) {
-      a = std::abs(v[l]);
-      m = v[l];
-    }
-  if (a == 0) return 0;
+  const float m = largest_magnitude(v, 16);
+  if (m == 0) return 0;
   float best_scale = m / -4.0f;
   double best = -1;
   for (int t = -5; t <= 5; ++t) {
     const float id = (-4.0f + 0.1f * static_cast<float>(t)) / m;
     double xl = 0, ll = 0;
     for (int l = 0; l < 16; ++l) {
-      const int q = std::clamp(static_cast<int>(std::lround(v[l] * id)), -4, 3);
+      const int q = std::clamp(nearest_int(v[l] * id), -4, 3);
       xl += static_cast<double>(v[l]) * q;
       ll += q * q;
     }
@@ -162,29 +157,23 @@ inline float fit_q3_block(const float* v) {
 // against the super-block's largest (mapped to -32); the quants against
 // them as the decoder sees them.
 inline void quantize(const float* x, BlockQ3K& b) {
-  float scale[16], amax = 0, max = 0;
-  for (int s = 0; s < 16; ++s) {
-    scale[s] = fit_q3_block(x + 16 * s);
-    if (std::abs(scale[s]) > amax) {
-      amax = std::abs(scale[s]);
-      max = scale[s];
-    }
-  }
-  b.d = f32_to_f16(max / -32.0f);
-  const float d = f16_to_f32(b.d), id = d != 0 && std::isfinite(1.0f / d) ? 1.0f / d : 0.0f;
+  float scale[16];
+  for (int s = 0; s < 16; ++s) scale[s] = fit_q3_block(x + 16 * s);
+  b.d = f32_to_f16(largest_magnitude(scale, 16) / -32.0f);
+  const float d = f16_to_f32(b.d), id = inverse_or_zero(d);
   std::memset(b.scales, 0, sizeof b.scales);
   std::memset(b.hmask, 0, sizeof b.hmask);
   std::uint8_t q[256];
   for (int s = 0; s < 16; ++s) {
-    const int ls = std::clamp(static_cast<int>(std::lround(scale[s] * id)), -32, 31) + 32;
+    const int ls = std::clamp(nearest_int(scale[s] * id), -32, 31) + 32;
     if (s < 8)
       b.scales[s] = static_cast<std::uint8_t>(ls & 0xF);
     else
       b.scales[s - 8] = static_cast<std::uint8_t>(b.scales[s - 8] | (ls & 0xF) << 4);
     b.scales[8 + s % 4] = static_cast<std::uint8_t>(b.scales[8 + s % 4] | (ls >> 4) << (2 * (s / 4)));
-    const float dl = d * static_cast<float>(ls - 32), il = dl != 0 && std::isfinite(1.0f / dl) ? 1.0f / dl : 0.0f;
+    const float dl = d * static_cast<float>(ls - 32), il = inverse_or_zero(dl);
     for (int l = 0; l < 16; ++l) {
-      const int e = 16 * s + l, v = std::clamp(static_cast<int>(std::lround(x[e] * il)), -4, 3) + 4;
+      const int e = 16 * s + l, v = std::clamp(nearest_int(x[e] * il), -4, 3) + 4;
       q[e] = static_cast<std::uint8_t>(v & 3);
       if (v > 3) b.hmask[e % 32] = static_cast<std::uint8_t>(b.hmask[e % 32] | 1 << (e / 32));
     }

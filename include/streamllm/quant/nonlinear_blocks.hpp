@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "streamllm/dtype.hpp"
+#include "streamllm/quant/quantiser_math.hpp"
 
 namespace streamllm::quant {
 
@@ -66,13 +67,8 @@ inline int nearest_iq4_level(float v) {
 // magnitude stretched a little either way, each try's indices fitted by least
 // squares, the best fit kept. Returns the scale (0 for all zeros).
 inline float fit_iq4_scale(const float* x) {
-  float amax = 0, max = 0;
-  for (int j = 0; j < 32; ++j)
-    if (std::abs(x[j]) > amax) {
-      amax = std::abs(x[j]);
-      max = x[j];
-    }
-  if (amax == 0) return 0;
+  const float max = largest_magnitude(x, 32);
+  if (max == 0) return 0;
   float best_d = max / static_cast<float>(kIq4Levels[0]), best = -1;
   for (int t = -7; t <= 7; ++t) {
     const float id = (static_cast<float>(kIq4Levels[0]) + static_cast<float>(t)) / max;
@@ -93,7 +89,7 @@ inline float fit_iq4_scale(const float* x) {
 
 // The indices of 32 values at scale d (as the decoder sees it), packed.
 inline void pack_iq4_32(const float* x, float d, std::uint8_t* qs) {
-  const float id = d != 0 && std::isfinite(1.0f / d) ? 1.0f / d : 0.0f;
+  const float id = inverse_or_zero(d);
   for (int j = 0; j < 16; ++j)
     qs[j] = static_cast<std::uint8_t>(nearest_iq4_level(x[j] * id) | nearest_iq4_level(x[j + 16] * id) << 4);
 }
@@ -106,20 +102,14 @@ inline void quantize(const float* x, BlockIQ4NL& b) {
 // Each block's scale fitted as IQ4_NL's, then quantised to 6 bits against
 // the super-block's largest (that one maps to -32 exactly).
 inline void quantize(const float* x, BlockIQ4XS& b) {
-  float scale[8], amax = 0, max = 0;
-  for (int s = 0; s < 8; ++s) {
-    scale[s] = fit_iq4_scale(x + 32 * s);
-    if (std::abs(scale[s]) > amax) {
-      amax = std::abs(scale[s]);
-      max = scale[s];
-    }
-  }
-  b.d = f32_to_f16(max / -32.0f);
-  const float d = f16_to_f32(b.d), id = d != 0 && std::isfinite(1.0f / d) ? 1.0f / d : 0.0f;
+  float scale[8];
+  for (int s = 0; s < 8; ++s) scale[s] = fit_iq4_scale(x + 32 * s);
+  b.d = f32_to_f16(largest_magnitude(scale, 8) / -32.0f);
+  const float d = f16_to_f32(b.d), id = inverse_or_zero(d);
   b.scales_h = 0;
   std::memset(b.scales_l, 0, sizeof b.scales_l);
   for (int s = 0; s < 8; ++s) {
-    const int ls = std::clamp(static_cast<int>(std::lround(scale[s] * id)), -32, 31) + 32;
+    const int ls = std::clamp(static_cast<int>(nearest_int(scale[s] * id)), -32, 31) + 32;
     b.scales_l[s / 2] = static_cast<std::uint8_t>(b.scales_l[s / 2] | (ls & 0xF) << (4 * (s % 2)));
     b.scales_h = static_cast<std::uint16_t>(b.scales_h | (ls >> 4) << (2 * s));
     pack_iq4_32(x + 32 * s, d * static_cast<float>(ls - 32), b.qs + 16 * s);
