@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <set>
 
 #include "common.hpp"
 #include "streamllm/kernels/matmul/matmul.hpp"
@@ -187,15 +188,23 @@ TEST_CASE("typed matrix kernels equal the exact product, on both paths and every
 TEST_CASE("every row of the kernel table is complete, and its decode kernel equals its portable twin", "[quant][kernels]") {
   for (const k::Isa isa : {k::Isa::Avx512Bf16Vnni, k::Isa::Avx2, k::Isa::Portable}) {
     if (!can_run(isa)) continue;
+    std::set<const k::MatmulKernel*> checked;  // every row, under one BF16 choice or the other
     for (const bool bf16 : {true, false}) {
       const k::ScopedBf16Tiles forced(bf16);
       for (const k::MatmulKernel& row : k::kernel_rows(isa)) {
         if (row.applies && !row.applies()) continue;
         const DType t = row.type, file_type = quant::base_type(t);
         INFO(dtype_name(t) << " on " << k::to_string(isa) << (bf16 ? " (bf16 tiles)" : ""));
-        // What matmul and matmul_shared rely on.
+        // What matmul and matmul_shared rely on: the lookup finds this row,
+        // unless an earlier row of the type applies (BF16's full-rate row),
+        // which then serves instead; this one serves under the other choice.
         REQUIRE(row.isa == isa);
-        REQUIRE(&k::matmul_kernel(t, isa) == &row);
+        const k::MatmulKernel* found = &k::matmul_kernel(t, isa);
+        if (found != &row) {
+          REQUIRE((found->type == t && found->isa == isa && found < &row));
+          continue;
+        }
+        checked.insert(&row);
         REQUIRE((row.decode && row.prefill && row.decode_tokens >= 1));
         REQUIRE((row.activations == k::ActivationLayout::Float) == (row.quantize == nullptr));
         REQUIRE((row.pack == nullptr) == (row.prefill_packed == nullptr));
@@ -230,6 +239,8 @@ TEST_CASE("every row of the kernel table is complete, and its decode kernel equa
         }
       }
     }
+    INFO("rows of " << k::to_string(isa) << " no lookup reached");
+    REQUIRE(checked.size() == k::kernel_rows(isa).size());
   }
 }
 
@@ -356,6 +367,9 @@ void require_int8_kernels_equal_twin(const TensorView& w, bool extreme, Twin&& t
     // groups that goes to the gemv (17, 20) and one that the tiles pad (21).
     REQUIRE(k::matmul_kernel(w.type, isa).decode_tokens < 17);
     for (std::size_t n : {1, 2, 3, 4, 5, 8, 17, 20, 21, 32, 33, 70}) {
+      // Counts the f32 tiles take do other arithmetic (the exact-product test holds them).
+      const k::MatmulKernel& row = k::matmul_kernel(w.type, isa);
+      if (n > row.decode_tokens && row.tiles != k::Tiles::Int8) continue;
       const auto x = extreme ? std::vector<float>(n * cols, 1.0f) : normal(n * cols, 7);
       std::vector<float> fast(n * rows), twin(fast.size());
       k::matmul(w, x.data(), n, cols, fast.data(), rows, isa);
@@ -418,6 +432,36 @@ TEST_CASE("the int8 kernels of Q4_1, Q5_0 and Q5_1 (VNNI and AVX2, gemv and tile
         for (std::size_t i = 0; i < w.size(); ++i) w[i] = i % 32 == 0 ? -0.05f : 0.05f;
       const Matrix m(t, w, rows, cols);
       require_int8_kernels_equal_twin(m.view, extreme, [](auto&&... a) { k::portable::gemv_unsigned_blocks(a...); });
+    }
+  }
+}
+
+TEST_CASE("the int8 kernels of Q2_K, Q3_K, IQ4_NL and IQ4_XS (VNNI and AVX2, gemv and tiles) equal their portable twins",
+          "[quant][kernels]") {
+  if (!has_fast_path() && !has_avx2_path()) {
+    SUCCEED("neither AVX-512 VNNI nor AVX2 here: the portable path is the only one");
+    return;
+  }
+  for (DType t : {DType::Q2_K, DType::Q3_K, DType::IQ4_NL, DType::IQ4_XS}) {
+    // Super-blocks: one, a tile slice and a half, past two slices; IQ4_NL
+    // also an odd number of blocks and groups of 16 with blocks past them.
+    // The extreme case: every weight and activation the same value, so the
+    // quants and activations are their largest and the integer sums too.
+    const bool blocks32 = t == DType::IQ4_NL;
+    const std::vector<std::int64_t> col_counts = blocks32 ? std::vector<std::int64_t>{32, 1024 + 96, 2048 + 32, -1024}
+                                                          : std::vector<std::int64_t>{256, 768, 2048 + 256, -1024};
+    for (std::int64_t cols : col_counts) {
+      const bool extreme = cols < 0;
+      cols = std::abs(cols);
+      const std::int64_t rows = 37;
+      const Matrix m(t,
+                     extreme ? std::vector<float>(static_cast<std::size_t>(rows * cols), 0.05f)
+                             : normal(static_cast<std::size_t>(rows * cols), 6, 0.05f),
+                     rows, cols);
+      if (t == DType::Q2_K || t == DType::Q3_K)
+        require_int8_kernels_equal_twin(m.view, extreme, [](auto&&... a) { k::portable::gemv_low_bit_kquant(a...); });
+      else
+        require_int8_kernels_equal_twin(m.view, extreme, [](auto&&... a) { k::portable::gemv_iq4(a...); });
     }
   }
 }

@@ -29,4 +29,14 @@ void with_job_ranks(F&& f) {
 // only in the order of the sums.
 inline constexpr float kSplitTolerance = 1e-4f;
 
+// The same for weights whose kernels quantise the activations to int8 (per
+// block of 32, to the nearest 1/127 of its largest): a sum in another order
+// (the all-reduce) can move a value by one ulp across a rounding boundary,
+// and that activation then differs by a whole step. Over a few hundred
+// thousand roundings a run meets a few (measured on the Zen 5: Q8_0 and
+// Q4_0 split over two ranks, one jump each of 0.24% and 0.45% of the
+// largest logit; none on the AVX2 host, whose Q8_0 prefill is in f32). A
+// wrong slice or a lost partial sum moves logits by their own size.
+inline constexpr float kSplitInt8Tolerance = 0.015f;  // of the largest |logit|
+
 }  // namespace test

@@ -163,7 +163,8 @@ TEST_CASE("quantised files split over two ranks compute what one process compute
             whole.prefill(std::span<const TokenId>(ids).first(40), cw));
     for (std::size_t i = 40; i < ids.size(); ++i) compare(tp.model().decode(ids[i], cs), whole.decode(ids[i], cw));
     INFO(type << ": largest |logit| " << scale);
-    REQUIRE(worst <= kSplitTolerance);
+    // CHECK, not REQUIRE: the other rank goes on to the next type, and so must this one.
+    CHECK(worst <= std::max(kSplitTolerance, test::kSplitInt8Tolerance * scale));
     std::cout << "2 ranks, " << type << " (" << dtype_name(tp.model().weights().layers[0].wo.type)
               << " wo): max |logit - one process| " << worst << " (logits up to " << scale << ")\n";
   }

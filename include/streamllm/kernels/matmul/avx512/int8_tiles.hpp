@@ -1,5 +1,5 @@
 // Int8 tiled matrix-matrix product (prefill) for Q8_0, Q4_0, Q4_1, Q5_0,
-// Q5_1, Q4_K, Q5_K and Q6_K weights, with AVX512-VNNI: vpdpbusd multiplies 64 byte pairs per
+// Q5_1, Q4_K, Q5_K, Q6_K, Q3_K, IQ4_NL and IQ4_XS weights, with AVX512-VNNI: vpdpbusd multiplies 64 byte pairs per
 // instruction, twice the work of a bf16 dot, so quantised prefill runs on the
 // integer units instead of dequantising to bf16 or f32.
 //
@@ -11,7 +11,7 @@
 //     the signed operand and be broadcast straight from memory;
 //   weights: a block of rows unpacked once into signed int8 (Q4_0 nibbles
 //     minus 8, Q5_0 quants minus 16, Q4_1 / Q5_1 / Q4_K / Q5_K quants, Q6_K
-//     quants minus 32) with their scales and -128 x each block's sum of
+//     quants minus 32, Q3_K minus 4, IQ4's levels) with their scales and -128 x each block's sum of
 //     quants, which starts each integer sum and cancels the +128 of the
 //     activations.
 // The K-quants keep their own scales, so the products are exact in the
@@ -25,6 +25,8 @@
 #include "streamllm/kernels/matmul/avx512/int8_blocks.hpp"
 #include "streamllm/kernels/matmul/avx512/isa.hpp"
 #include "streamllm/kernels/matmul/avx512/kquants.hpp"
+#include "streamllm/kernels/matmul/avx512/low_bit_kquants.hpp"
+#include "streamllm/kernels/matmul/avx512/nonlinear_blocks.hpp"
 #include "streamllm/kernels/matmul/avx512/unsigned_blocks.hpp"
 #include "streamllm/kernels/matmul/int8_tile_format.hpp"
 #include "streamllm/kernels/runtime/avx512_warnings.hpp"
@@ -261,22 +263,45 @@ STREAMLLM_AVX512 inline void unpack_q4k(const Block& blk, std::int8_t* q, std::b
   }
 }
 
-// One Q6_K super-block as Int8Q6K lays it out: quants minus 32 (signed
-// bytes), d sc and the corrections per sub-block of 16 (16 each).
-STREAMLLM_AVX512 inline void unpack_q6k(const quant::BlockQ6K& blk, std::int8_t* q, std::byte* scales, std::byte* corrections) {
-  const __m512 sc =
-      _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(blk.d)),
-                    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales)))));
-  _mm512_storeu_ps(reinterpret_cast<float*>(scales), sc);
+// A super-block of sub-blocks of 16 (Q6_K, Q3_K: a Format of
+// super_blocks.hpp) as Int8Q6K lays it out: the quants less their offset
+// (signed bytes), the scales and the corrections per sub-block (16 each).
+template <class Format>
+STREAMLLM_AVX512 inline void unpack_sub_blocks16(const typename Format::Block& blk, std::int8_t* q, std::byte* scales,
+                                                 std::byte* corrections) {
+  static_assert(Format::kSubBlock == 16 && !Format::kMins);
+  _mm512_storeu_ps(reinterpret_cast<float*>(scales), Format::scales(blk));
   __m512i v[4];
-  q6k_quants(blk, v);
+  Format::quants(blk, v);
   for (std::size_t i = 0; i < 4; ++i) {
-    _mm512_storeu_si512(q + 64 * i, _mm512_sub_epi8(v[i], _mm512_set1_epi8(32)));
+    _mm512_storeu_si512(q + 64 * i, _mm512_sub_epi8(v[i], _mm512_set1_epi8(Format::kOffset)));
     std::int32_t s16[4];
     byte_sums16(v[i], s16);
     for (std::size_t h = 0; h < 4; ++h) {
-      const std::int32_t corr = -128 * (s16[h] - 16 * 32);
+      const std::int32_t corr = -128 * (s16[h] - 16 * Format::kOffset);
       std::memcpy(corrections + 4 * (4 * i + h), &corr, 4);
+    }
+  }
+}
+
+// A super-block of blocks of 32 (IQ4_XS) as Int8Blocks lays it out: signed
+// quants, each block's scale and -128 x its sum.
+template <class Format>
+STREAMLLM_AVX512 inline void unpack_super_block32(const typename Format::Block& blk, std::int8_t* q, std::byte* scales,
+                                                  std::byte* corrections) {
+  static_assert(Format::kSubBlock == 32 && !Format::kMins);
+  alignas(64) float d[16];
+  _mm512_store_ps(d, Format::scales(blk));
+  __m512i v[4];
+  Format::quants(blk, v);
+  for (std::size_t i = 0; i < 4; ++i) {
+    const __m512i s = _mm512_sub_epi8(v[i], _mm512_set1_epi8(static_cast<char>(Format::kOffset)));
+    _mm512_storeu_si512(q + 64 * i, s);
+    for (std::size_t h = 0; h < 2; ++h) {
+      const std::size_t b = 2 * i + h;
+      const std::int32_t corr = -128 * sum_i8x32(h ? _mm512_extracti64x4_epi64(s, 1) : _mm512_castsi512_si256(s));
+      std::memcpy(scales + 4 * b, &d[b], 4);
+      std::memcpy(corrections + 4 * b, &corr, 4);
     }
   }
 }
@@ -303,7 +328,7 @@ STREAMLLM_AVX512 inline void unpack_unsigned_blocks(const std::byte* src, std::s
   }
 }
 
-// Blocks [0, nb) of a Q8_0 or Q4_0 row (`interleaved`: in 16-block groups)
+// Blocks [0, nb) of a Q8_0, Q4_0 or IQ4_NL row (`interleaved`: in 16-block groups)
 // as Int8Blocks: signed quants, each block's scale and -128 x its sum.
 STREAMLLM_AVX512 inline void unpack_blocks32(DType type, bool interleaved, const std::byte* src, std::size_t nb, std::int8_t* q,
                                              std::byte* scales, std::byte* corrections) {
@@ -317,12 +342,16 @@ STREAMLLM_AVX512 inline void unpack_blocks32(DType type, bool interleaved, const
       const auto& blk = reinterpret_cast<const quant::BlockQ8_0*>(src)[b];
       dh = blk.d;
       v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs));
-    } else {
+    } else {  // Q4_0 and IQ4_NL: 16 bytes of nibbles, quants q - 8 or levels[q]
       const auto& blk = reinterpret_cast<const quant::BlockQ4_0*>(src)[b];
       dh = blk.d;
       const __m128i p = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs)), m = _mm_set1_epi8(0x0F);
       const __m128i lo = _mm_and_si128(p, m), hi = _mm_and_si128(_mm_srli_epi16(p, 4), m);
-      v = _mm256_sub_epi8(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1), _mm256_set1_epi8(8));
+      const __m256i nibbles = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+      v = type == DType::IQ4_NL
+              ? _mm256_shuffle_epi8(
+                    _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quant::kIq4Levels))), nibbles)
+              : _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8));
     }
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b), v);
     const float d = _cvtsh_ss(dh);
@@ -332,8 +361,8 @@ STREAMLLM_AVX512 inline void unpack_blocks32(DType type, bool interleaved, const
   }
 }
 
-// The super-blocks of `kc` columns of a K-quant row: Q4_K and Q5_K as
-// Int8Q4K, Q6_K as Int8Q6K.
+// The super-blocks of `kc` columns of a super-block row: Q4_K and Q5_K as
+// Int8Q4K, Q6_K and Q3_K as Int8Q6K, IQ4_XS as Int8Blocks.
 STREAMLLM_AVX512 inline void unpack_kquants(DType type, const std::byte* src, std::size_t kc, std::int8_t* q, std::byte* scales,
                                             std::byte* corrections, std::byte* mins) {
   for (std::size_t s = 0; s < kc / 256; ++s) {
@@ -343,14 +372,22 @@ STREAMLLM_AVX512 inline void unpack_kquants(DType type, const std::byte* src, st
     else if (type == DType::Q5_K)
       unpack_q4k(reinterpret_cast<const quant::BlockQ5K*>(src)[s], q + 256 * s, scales + 32 * s, corrections + 32 * s,
                  mins + 32 * s);
+    else if (type == DType::Q6_K)
+      unpack_sub_blocks16<Q6KFormat>(reinterpret_cast<const quant::BlockQ6K*>(src)[s], q + 256 * s, scales + 64 * s,
+                                     corrections + 64 * s);
+    else if (type == DType::Q3_K)
+      unpack_sub_blocks16<Q3KFormat>(reinterpret_cast<const quant::BlockQ3K*>(src)[s], q + 256 * s, scales + 64 * s,
+                                     corrections + 64 * s);
     else
-      unpack_q6k(reinterpret_cast<const quant::BlockQ6K*>(src)[s], q + 256 * s, scales + 64 * s, corrections + 64 * s);
+      unpack_super_block32<IQ4XSFormat>(reinterpret_cast<const quant::BlockIQ4XS*>(src)[s], q + 256 * s, scales + 32 * s,
+                                        corrections + 32 * s);
   }
 }
 
 // Rows of quantised weights unpacked a block at a time into Format's layout
-// (the int8 tiles): Q8_0, Q4_0, their interleaved rows and Q5_0 as
-// Int8Blocks, Q4_1, Q5_1, Q4_K and Q5_K as Int8Q4K, Q6_K as Int8Q6K.
+// (the int8 tiles): Q8_0, Q4_0, their interleaved rows, Q5_0, IQ4_NL and
+// IQ4_XS as Int8Blocks, Q4_1, Q5_1, Q4_K and Q5_K as Int8Q4K, Q6_K and Q3_K
+// as Int8Q6K. (Q2_K's mins per 16 fit none: it takes the f32 tiles.)
 template <class Format>
 struct Int8Rows {
   const TensorView* w;
@@ -367,10 +404,12 @@ struct Int8Rows {
       throw Error("Int8Rows: an interleaved row sliced at columns [" + std::to_string(k0) + ", " + std::to_string(k0 + kc) +
                   "), not on its groups");
     const bool affine = type == DType::Q4_K || type == DType::Q5_K || type == DType::Q4_1 || type == DType::Q5_1;
-    const bool fits = affine                ? std::is_same_v<Format, Int8Q4K>
-                      : type == DType::Q6_K ? std::is_same_v<Format, Int8Q6K>
-                                            : std::is_same_v<Format, Int8Blocks>;
-    if (!fits || (is_kquant(type) && (k0 % 256 != 0 || kc % 256 != 0)))
+    const bool fits = affine                                       ? std::is_same_v<Format, Int8Q4K>
+                      : type == DType::Q6_K || type == DType::Q3_K ? std::is_same_v<Format, Int8Q6K>
+                      : type == DType::Q2_K                        ? false
+                                                                   : std::is_same_v<Format, Int8Blocks>;
+    const bool super_blocks = traits(type).block_elems == 256;
+    if (!fits || (super_blocks && (k0 % 256 != 0 || kc % 256 != 0)))
       throw Error("Int8Rows: " + std::string(dtype_name(w->type)) + " rows at columns [" + std::to_string(k0) + ", " +
                   std::to_string(k0 + kc) + ") do not fit this tile format");
   }
@@ -394,7 +433,9 @@ struct Int8Rows {
         case DType::Q5_1: unpack_unsigned_blocks<avx2::Q5_1Row>(src, nb, q, scales, corrections, mins); break;
         case DType::Q4_K:
         case DType::Q5_K:
-        case DType::Q6_K: unpack_kquants(type, src, kc, q, scales, corrections, mins); break;
+        case DType::Q6_K:
+        case DType::Q3_K:
+        case DType::IQ4_XS: unpack_kquants(type, src, kc, q, scales, corrections, mins); break;
         default: unpack_blocks32(type, quant::is_interleaved(w->type), src, nb, q, scales, corrections); break;
       }
     }

@@ -69,6 +69,19 @@ STREAMLLM_AVX512 inline void q6k_quants(const quant::BlockQ6K& b, __m512i q[4]) 
   }
 }
 
+// Q6_K as a super-block format (super_blocks.hpp): what the int8 tiles
+// unpack it with, as they do Q3_K.
+struct Q6KFormat {
+  using Block = quant::BlockQ6K;
+  static constexpr int kSubBlock = 16, kOffset = 32;
+  static constexpr bool kMins = false;
+  STREAMLLM_AVX512 static __m512 scales(const Block& b) {
+    const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
+    return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b.d)), _mm512_cvtepi32_ps(sc));
+  }
+  STREAMLLM_AVX512 static void quants(const Block& b, __m512i (&u)[4]) { q6k_quants(b, u); }
+};
+
 // Lane l of vector v of a super-block lies in Q4_K / Q5_K sub-block 2v + l / 8
 // and in Q6_K sub-block 4v + l / 4: the scale each lane takes.
 STREAMLLM_AVX512 inline __m512i kquant_lane_scale_index(DType t, int v) {

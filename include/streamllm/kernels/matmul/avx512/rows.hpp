@@ -4,8 +4,9 @@
 // Decode: float rows (F32, and F16 / BF16 widened) against the tokens as
 // they are, up to 16 tokens in passes of 8; every quantised type against
 // int8 activations (vpdpbusd), Q8_0 and Q4_0 up to 16 tokens in 16-block
-// groups (their rows repacked at load, quant/interleaved.hpp), the others
-// up to 4. Prefill: the int8 tiles for every quantised type; BF16 on the bf16
+// groups (their rows repacked at load, quant/interleaved.hpp; IQ4_NL read
+// as Q4_0 with looked-up quants), the others up to 4. Prefill: the int8
+// tiles for every quantised type but Q2_K (f32 tiles); BF16 on the bf16
 // tiles where vdpbf16ps is full rate (bf16_tiles(): AMD), elsewhere (Intel)
 // with F32 and F16 on the f32 tiles, rows widened a block at a time.
 #pragma once
@@ -23,6 +24,8 @@
 #include "streamllm/kernels/matmul/avx512/int8_blocks.hpp"
 #include "streamllm/kernels/matmul/avx512/int8_tiles.hpp"
 #include "streamllm/kernels/matmul/avx512/kquants.hpp"
+#include "streamllm/kernels/matmul/avx512/low_bit_kquants.hpp"
+#include "streamllm/kernels/matmul/avx512/nonlinear_blocks.hpp"
 #include "streamllm/kernels/matmul/avx512/unsigned_blocks.hpp"
 #endif
 
@@ -60,6 +63,13 @@ inline void decode_kquant(const TensorView& w, std::size_t r0, std::size_t r1, c
                           std::size_t ldy) {
   const auto stride = static_cast<std::size_t>(w.row_stride);
   with_token_count(n, [&]<int NT>() { gemv_kquant_int8_rows<NT>(w.type, r0, r1, w.data, stride, *in.xa, y, ldy); });
+}
+
+template <class Format>
+inline void decode_super_blocks(const TensorView& w, std::size_t r0, std::size_t r1, const DecodeInput& in, std::size_t n,
+                                float* y, std::size_t ldy) {
+  const auto stride = static_cast<std::size_t>(w.row_stride);
+  with_token_count(n, [&]<int NT>() { gemv_super_block_rows<Format, NT>(r0, r1, w.data, stride, *in.xa, y, ldy); });
 }
 
 template <class Block>
@@ -183,6 +193,17 @@ inline constexpr MatmulKernel kRows[] = {
     int8_row<Int8Q4K>(DType::Q4_K, decode_kquant, portable::decode_kquant),
     int8_row<Int8Q4K>(DType::Q5_K, decode_kquant, portable::decode_kquant),
     int8_row<Int8Q6K>(DType::Q6_K, decode_kquant, portable::decode_kquant),
+    int8_row<Int8Q6K>(DType::Q3_K, decode_super_blocks<Q3KFormat>, portable::decode_low_bit_kquant),
+    {.type = DType::Q2_K,  // its mins per 16 fit no int8 tile format: the f32 tiles
+     .isa = Isa::Avx512Bf16Vnni,
+     .decode = decode_super_blocks<Q2KFormat>,
+     .decode_tokens = kMaxGemvTokens,
+     .activations = ActivationLayout::Int8Blocks,
+     .quantize = quantize_tokens,
+     .twin = portable::decode_low_bit_kquant,
+     .prefill = kF32Tiles},
+    int8_row<Int8Blocks>(DType::IQ4_XS, decode_super_blocks<IQ4XSFormat>, portable::decode_iq4),
+    group_row<IQ4NLRow>(DType::IQ4_NL, portable::decode_iq4, ActivationLayout::Int8GroupsQ8_0),
 };
 
 #else

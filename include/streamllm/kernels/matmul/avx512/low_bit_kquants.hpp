@@ -1,0 +1,71 @@
+// AVX-512 decode of Q2_K and Q3_K rows: their super-blocks as the one row
+// loop of super_blocks.hpp takes them. Both have sub-blocks of 16 (four
+// lanes). Q2_K: u = q in [0, 4), x = d sc u - dmin m. Q3_K: u = q + 4 in
+// [0, 8), x = d (sc - 32) (u - 4).
+#pragma once
+
+#include "streamllm/kernels/matmul/avx512/super_blocks.hpp"
+
+#ifdef STREAMLLM_HAVE_AVX512_KERNELS
+STREAMLLM_BEGIN_AVX512_INTRINSICS
+
+namespace streamllm::kernels::avx512 {
+
+// Elements 64v..64v+63 of a Q2_K / Q3_K qs: element 128h + 32c + l is bits
+// 2c of qs[32h + l], so both halves of vector v read chunk h = v / 2, the
+// low half at c = 2(v % 2), the high one at c + 1.
+STREAMLLM_AVX512 inline __m512i low2_bits(const std::uint8_t* qs, int v) {
+  const __m512i chunk = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * (v / 2))));
+  const short shift = static_cast<short>(4 * (v % 2));
+  const __m512i shifts = _mm512_inserti64x4(_mm512_set1_epi16(shift), _mm256_set1_epi16(static_cast<short>(shift + 2)), 1);
+  return _mm512_and_si512(_mm512_srlv_epi16(chunk, shifts), _mm512_set1_epi8(3));
+}
+
+struct Q2KFormat {
+  using Block = quant::BlockQ2K;
+  static constexpr int kSubBlock = 16, kOffset = 0;
+  static constexpr bool kMins = true;
+  STREAMLLM_AVX512 static __m512i packed_scales(const Block& b) {
+    return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
+  }
+  STREAMLLM_AVX512 static __m512 scales(const Block& b) {
+    const __m512i sc = _mm512_and_si512(packed_scales(b), _mm512_set1_epi32(0xF));
+    return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b.d)), _mm512_cvtepi32_ps(sc));
+  }
+  STREAMLLM_AVX512 static __m512 mins(const Block& b) {
+    return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b.dmin)), _mm512_cvtepi32_ps(_mm512_srli_epi32(packed_scales(b), 4)));
+  }
+  STREAMLLM_AVX512 static void quants(const Block& b, __m512i (&u)[4]) {
+    for (int v = 0; v < 4; ++v) u[v] = low2_bits(b.qs, v);
+  }
+};
+
+struct Q3KFormat {
+  using Block = quant::BlockQ3K;
+  static constexpr int kSubBlock = 16, kOffset = 4;
+  static constexpr bool kMins = false;
+  STREAMLLM_AVX512 static __m512 scales(const Block& b) {
+    alignas(64) int sc[16];
+    quant::q3k_scales(b.scales, sc);
+    const __m512 centred = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512(sc), _mm512_set1_epi32(32)));
+    return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b.d)), centred);
+  }
+  // The third bit of element 32j + l is bit j of hmask[l]: vector v's halves
+  // take bits 2v and 2v + 1 (16-bit shifts of up to 7 leave each byte's bit
+  // at its bit 0).
+  STREAMLLM_AVX512 static void quants(const Block& b, __m512i (&u)[4]) {
+    const __m512i hmask = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask)));
+    for (int v = 0; v < 4; ++v) {
+      const __m512i shifts =
+          _mm512_inserti64x4(_mm512_set1_epi16(static_cast<short>(2 * v)), _mm256_set1_epi16(static_cast<short>(2 * v + 1)), 1);
+      const __m512i high = _mm512_and_si512(_mm512_srlv_epi16(hmask, shifts), _mm512_set1_epi8(1));
+      u[v] = _mm512_or_si512(low2_bits(b.qs, v), _mm512_slli_epi16(high, 2));
+    }
+  }
+};
+
+}  // namespace streamllm::kernels::avx512
+
+STREAMLLM_END_AVX512_INTRINSICS
+
+#endif  // STREAMLLM_HAVE_AVX512_KERNELS

@@ -1,0 +1,81 @@
+// AVX-512 decode of IQ4_NL and IQ4_XS rows against int8 activations (VNNI).
+// Their 4-bit indices become the levels plus 128 (unsigned bytes for
+// vpdpbusd) by one byte shuffle over the table of 16; the offset 128 is taken
+// back as Q8_0's is. IQ4_NL is Q4_0's block with looked-up quants, so it
+// takes Q4_0's loads and the 16-block groups; IQ4_XS takes the super-block
+// row loop (super_blocks.hpp), its scales per block of 32.
+#pragma once
+
+#include "streamllm/kernels/matmul/avx512/int8_blocks.hpp"
+#include "streamllm/kernels/matmul/avx512/super_blocks.hpp"
+
+#ifdef STREAMLLM_HAVE_AVX512_KERNELS
+STREAMLLM_BEGIN_AVX512_INTRINSICS
+
+namespace streamllm::kernels::avx512 {
+
+// Indices 0..15 in each byte of i to their level + 128.
+STREAMLLM_AVX512 inline __m512i iq4_unsigned_levels(__m512i i) {
+  const __m512i table = _mm512_xor_si512(
+      _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quant::kIq4Levels))), _mm512_set1_epi8(-128));
+  return _mm512_shuffle_epi8(table, i);
+}
+
+struct IQ4NLRow {
+  using Block = quant::BlockIQ4NL;
+  using Pairs = IQ4NLRow;
+  static constexpr int kOffsetShift = Q8_0Row::kOffsetShift;  // offset 128, as Q8_0
+  static constexpr int kGroupShift = Q8_0Row::kGroupShift;
+  static_assert(sizeof(Block) == sizeof(quant::BlockQ4_0) && offsetof(Block, qs) == offsetof(quant::BlockQ4_0, qs));
+  static const quant::BlockQ4_0* as_q4_0(const Block* b) { return reinterpret_cast<const quant::BlockQ4_0*>(b); }
+
+  STREAMLLM_AVX512 static __m512i unsigned_pair(const Block* b) {
+    return iq4_unsigned_levels(Q4_0Row::unsigned_pair(as_q4_0(b)));
+  }
+  STREAMLLM_AVX512 static QuantsScales quants_scales_pair(const Block* b) {
+    QuantsScales p = Q4_0Row::quants_scales_pair(as_q4_0(b));
+    p.u = iq4_unsigned_levels(p.u);
+    return p;
+  }
+  STREAMLLM_AVX512 static __m512 load_group16(const Block* b, __m512i wq[8]) {
+    const __m512 d = Q4_0Row::load_group16(as_q4_0(b), wq);
+    for (int g = 0; g < 8; ++g) wq[g] = iq4_unsigned_levels(wq[g]);
+    return d;
+  }
+  static std::int32_t scalar_dot(const Block& b, const std::int8_t* x) {
+    std::int32_t s = 0;
+    for (int j = 0; j < 16; ++j) s += quant::kIq4Levels[b.qs[j] & 0xF] * x[j] + quant::kIq4Levels[b.qs[j] >> 4] * x[j + 16];
+    return s;
+  }
+};
+
+// An IQ4_XS super-block: vector v holds blocks 2v and 2v + 1, whose 32
+// index bytes give, per 16, the low nibbles (elements 0-15) then the high
+// ones (16-31); each block's scale is d (ls - 32).
+struct IQ4XSFormat {
+  using Block = quant::BlockIQ4XS;
+  static constexpr int kSubBlock = 32, kOffset = 128;
+  static constexpr bool kMins = false;
+  STREAMLLM_AVX512 static __m512 scales(const Block& b) {
+    alignas(64) float ls[16] = {};
+    for (int j = 0; j < 8; ++j) ls[j] = static_cast<float>(quant::iq4xs_scale(b, j) - 32);
+    return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b.d)), _mm512_load_ps(ls));
+  }
+  STREAMLLM_AVX512 static void quants(const Block& b, __m512i (&u)[4]) {
+    const __m512i twice = _mm512_set_epi64(3, 2, 3, 2, 1, 0, 1, 0);  // each block's 16 bytes, twice
+    const long long four = 0x0004000400040004;
+    const __m512i shifts = _mm512_set_epi64(four, four, 0, 0, four, four, 0, 0);  // low nibbles, then high
+    for (int v = 0; v < 4; ++v) {
+      const __m512i raw = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * v)));
+      const __m512i nibbles =
+          _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi64(twice, raw), shifts), _mm512_set1_epi8(0xF));
+      u[v] = iq4_unsigned_levels(nibbles);
+    }
+  }
+};
+
+}  // namespace streamllm::kernels::avx512
+
+STREAMLLM_END_AVX512_INTRINSICS
+
+#endif  // STREAMLLM_HAVE_AVX512_KERNELS
