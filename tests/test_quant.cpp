@@ -354,6 +354,13 @@ void require_twin_sums(const std::vector<float>& fast, const std::vector<float>&
   }
 }
 
+// Random weights, or (`extreme`) every weight the same: the quants and the
+// integer sums at their largest, against activations of 127.
+Matrix twin_test_matrix(DType t, std::int64_t rows, std::int64_t cols, bool extreme) {
+  const auto size = static_cast<std::size_t>(rows * cols);
+  return Matrix(t, extreme ? std::vector<float>(size, 0.05f) : normal(size, 6, 0.05f), rows, cols);
+}
+
 // The int8 kernels of w on every ISA this CPU runs against twin_gemv, the
 // portable twin: the gemv up to its limit, then the tiles (partial, whole and
 // several groups of tokens: 32 per group on AVX-512, 16 on AVX2). Extreme:
@@ -401,10 +408,7 @@ TEST_CASE(
       const bool extreme = cols < 0;
       cols = std::abs(cols);
       const std::int64_t rows = 70;
-      const Matrix m(t,
-                     extreme ? std::vector<float>(static_cast<std::size_t>(rows * cols), 0.05f)
-                             : normal(static_cast<std::size_t>(rows * cols), 6, 0.05f),
-                     rows, cols);
+      const Matrix m = twin_test_matrix(t, rows, cols, extreme);
       require_int8_kernels_equal_twin(m.view, extreme, [](auto&&... a) { k::portable::gemv_kquant_int8(a...); });
     }
   }
@@ -454,10 +458,7 @@ TEST_CASE("the int8 kernels of Q2_K, Q3_K, IQ4_NL and IQ4_XS (VNNI and AVX2, gem
       const bool extreme = cols < 0;
       cols = std::abs(cols);
       const std::int64_t rows = 37;
-      const Matrix m(t,
-                     extreme ? std::vector<float>(static_cast<std::size_t>(rows * cols), 0.05f)
-                             : normal(static_cast<std::size_t>(rows * cols), 6, 0.05f),
-                     rows, cols);
+      const Matrix m = twin_test_matrix(t, rows, cols, extreme);
       if (t == DType::Q2_K || t == DType::Q3_K)
         require_int8_kernels_equal_twin(m.view, extreme, [](auto&&... a) { k::portable::gemv_low_bit_kquant(a...); });
       else

@@ -49,6 +49,19 @@ STREAMLLM_AVX2 inline __m256i kquant_dot(__m256i q_abs, __m256i q_signs, const s
   return _mm256_madd_epi16(_mm256_maddubs_epi16(q_abs, x), scales16);
 }
 
+// Sixteen int8 scales, one per sub-block of 16, as the eight vectors'
+// vpmaddwd operands: vector j's halves hold scales 2j and 2j + 1 as int16.
+STREAMLLM_AVX2 inline void sub_block_scales16(__m128i scales, __m256i (&out)[8]) {
+  const __m256i s16 = _mm256_cvtepi8_epi16(scales);
+  const __m256i lo = _mm256_permute2x128_si256(s16, s16, 0x00), hi = _mm256_permute2x128_si256(s16, s16, 0x11);
+  for (int j = 0; j < 8; ++j) {
+    const int k = 2 * (j % 4);  // int16 lanes k and k + 1 of lo or hi
+    const __m256i pick = _mm256_set_m128i(_mm_set1_epi16(static_cast<short>(0x0202 * (k + 1) + 0x0100)),
+                                          _mm_set1_epi16(static_cast<short>(0x0202 * k + 0x0100)));
+    out[j] = _mm256_shuffle_epi8(j < 4 ? lo : hi, pick);
+  }
+}
+
 }  // namespace streamllm::kernels::avx2
 
 #endif  // STREAMLLM_HAVE_AVX2_KERNELS

@@ -102,19 +102,11 @@ STREAMLLM_AVX2 inline void q6k_super_block(const quant::BlockQ6K& b, const Quant
   const __m256i off = _mm256_set1_epi8(32);
   __m256i q[8], scales16[8];
   q6k_quants(b, q);
-  // The sixteen scales as int16, the first eight in both halves of `lo`, the
-  // last eight in both of `hi`: block j's two sub-blocks of 16 (scales 2j and
-  // 2j + 1) fill its vector's halves by one byte shuffle.
-  const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
-  const __m256i lo = _mm256_permute2x128_si256(s16, s16, 0x00), hi = _mm256_permute2x128_si256(s16, s16, 0x11);
+  sub_block_scales16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)), scales16);
   __m256i q_abs[8];
   for (int j = 0; j < 8; ++j) {
     q[j] = _mm256_sub_epi8(q[j], off);  // -32..31
     q_abs[j] = _mm256_sign_epi8(q[j], q[j]);
-    const int k = 2 * (j % 4);  // int16 lanes k and k + 1 of lo or hi
-    const __m256i pick = _mm256_set_m128i(_mm_set1_epi16(static_cast<short>(0x0202 * (k + 1) + 0x0100)),
-                                          _mm_set1_epi16(static_cast<short>(0x0202 * k + 0x0100)));
-    scales16[j] = _mm256_shuffle_epi8(j < 4 ? lo : hi, pick);
   }
   for (int t = 0; t < NT; ++t) {
     const auto tt = static_cast<std::size_t>(t);

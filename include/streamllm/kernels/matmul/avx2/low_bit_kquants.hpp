@@ -9,6 +9,8 @@
 // Q8_0's sign trick.
 #pragma once
 
+#include <cstring>
+
 #include "streamllm/kernels/matmul/avx2/isa.hpp"
 
 #ifdef STREAMLLM_HAVE_AVX2_KERNELS
@@ -22,9 +24,24 @@ STREAMLLM_AVX2 inline __m256i low2_bits(const std::uint8_t* qs, int j) {
   return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * (j % 4))), _mm256_set1_epi8(3));
 }
 
-// Two int16 values, one filling each 128-bit half.
-STREAMLLM_AVX2 inline __m256i halves16(int lo, int hi) {
-  return _mm256_set_m128i(_mm_set1_epi16(static_cast<short>(hi)), _mm_set1_epi16(static_cast<short>(lo)));
+// quant::q3k_scales less 32, as sixteen int8: scale j is the nibble of
+// byte j % 8 (low for j < 8, high after) and, above it, bits 2(j / 4) of
+// byte 8 + j % 4. (One at a time, the scales cost more than the products.)
+STREAMLLM_AVX2 inline __m128i q3k_scales_i8(const std::uint8_t* packed) {
+  std::int32_t last;  // bytes 8-11: the block ends 2 bytes past them, so no 16-byte load
+  std::memcpy(&last, packed + 8, 4);
+  const __m128i v = _mm_insert_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(packed)), last, 2);
+  const __m128i m4 = _mm_set1_epi8(0xF);
+  const __m128i low = _mm_unpacklo_epi64(_mm_and_si128(v, m4), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
+  const __m128i h = _mm_shuffle_epi8(v, _mm_set_epi8(11, 10, 9, 8, 11, 10, 9, 8, 11, 10, 9, 8, 11, 10, 9, 8));
+  const __m128i three = _mm_set1_epi8(3);
+  const __m128i g0 = _mm_set_epi32(0, 0, 0, -1), g1 = _mm_set_epi32(0, 0, -1, 0), g2 = _mm_set_epi32(0, -1, 0, 0),
+                g3 = _mm_set_epi32(-1, 0, 0, 0);  // lanes 4k..4k+3: shift 2k
+  const __m128i high =
+      _mm_and_si128(_mm_or_si128(_mm_or_si128(_mm_and_si128(h, g0), _mm_and_si128(_mm_srli_epi16(h, 2), g1)),
+                                 _mm_or_si128(_mm_and_si128(_mm_srli_epi16(h, 4), g2), _mm_and_si128(_mm_srli_epi16(h, 6), g3))),
+                    three);
+  return _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(high, 4)), _mm_set1_epi8(32));
 }
 
 template <int NT>
@@ -32,12 +49,15 @@ STREAMLLM_AVX2 inline void q2k_super_block(const quant::BlockQ2K& b, const Quant
                                            __m256 (&acc)[NT]) {
   const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d)), dmin = _mm256_set1_ps(_cvtsh_ss(b.dmin));
   const __m256i ones = _mm256_set1_epi16(1);
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)), m4 = _mm_set1_epi8(0xF);
+  const __m256i min_bytes = _mm256_broadcastsi128_si256(_mm_and_si128(_mm_srli_epi16(packed, 4), m4));
   __m256i q[8], scales16[8], mins8[8];
+  sub_block_scales16(_mm_and_si128(packed, m4), scales16);
   for (int j = 0; j < 8; ++j) {
     q[j] = low2_bits(b.qs, j);
-    scales16[j] = halves16(b.scales[2 * j] & 0xF, b.scales[2 * j + 1] & 0xF);
-    mins8[j] = _mm256_set_m128i(_mm_set1_epi8(static_cast<char>(b.scales[2 * j + 1] >> 4)),
-                                _mm_set1_epi8(static_cast<char>(b.scales[2 * j] >> 4)));
+    // sub-block 2j's min in the low half, 2j + 1's in the high one
+    mins8[j] = _mm256_shuffle_epi8(
+        min_bytes, _mm256_set_m128i(_mm_set1_epi8(static_cast<char>(2 * j + 1)), _mm_set1_epi8(static_cast<char>(2 * j))));
   }
   for (int t = 0; t < NT; ++t) {
     const auto tt = static_cast<std::size_t>(t);
@@ -59,15 +79,13 @@ STREAMLLM_AVX2 inline void q3k_super_block(const quant::BlockQ3K& b, const Quant
                                            __m256 (&acc)[NT]) {
   const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
   const __m256i hmask = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask)), one = _mm256_set1_epi8(1);
-  int sc[16];
-  quant::q3k_scales(b.scales, sc);
   __m256i q[8], q_abs[8], scales16[8];
+  sub_block_scales16(q3k_scales_i8(b.scales), scales16);
   for (int j = 0; j < 8; ++j) {
     // bit j of hmask[l] is element 32j + l's third bit; 16-bit shifts of up to 7 leave each byte's bit j at its bit 0
     const __m256i high = _mm256_and_si256(_mm256_srl_epi16(hmask, _mm_cvtsi32_si128(j)), one);
     q[j] = _mm256_sub_epi8(_mm256_add_epi8(low2_bits(b.qs, j), _mm256_slli_epi16(high, 2)), _mm256_set1_epi8(4));  // -4..3
     q_abs[j] = _mm256_sign_epi8(q[j], q[j]);
-    scales16[j] = halves16(sc[2 * j] - 32, sc[2 * j + 1] - 32);
   }
   for (int t = 0; t < NT; ++t) {
     const auto tt = static_cast<std::size_t>(t);

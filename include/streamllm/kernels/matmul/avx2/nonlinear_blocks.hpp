@@ -3,6 +3,8 @@
 // 16, then multiply as Q8_0's signed quants do (vpsignb, vpmaddubsw).
 #pragma once
 
+#include <cstring>
+
 #include "streamllm/kernels/matmul/avx2/int8_blocks.hpp"
 
 #ifdef STREAMLLM_HAVE_AVX2_KERNELS
@@ -31,13 +33,22 @@ STREAMLLM_AVX2 inline void iq4xs_super_block(const quant::BlockIQ4XS& b, const Q
                                              __m256 (&acc)[NT]) {
   const __m256i ones = _mm256_set1_epi16(1);
   __m256i q[8], q_abs[8];
-  alignas(32) float levels[8];
   for (int j = 0; j < 8; ++j) {
     q[j] = iq4_levels(b.qs + 16 * j);
     q_abs[j] = _mm256_sign_epi8(q[j], q[j]);
-    levels[j] = static_cast<float>(quant::iq4xs_scale(b, j) - 32);
   }
-  const __m256 dl = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), _mm256_load_ps(levels));
+  // quant::iq4xs_scale for the eight blocks at once (one at a time, the
+  // scales cost more than the products): block j's low 4 bits at bit 4j of
+  // scales_l, its high 2 at bit 2j of scales_h.
+  std::uint32_t low_bits;
+  std::memcpy(&low_bits, b.scales_l, 4);
+  const __m256i block = _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0);
+  const __m256i low = _mm256_and_si256(
+      _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(low_bits)), _mm256_slli_epi32(block, 2)), _mm256_set1_epi32(0xF));
+  const __m256i high =
+      _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(b.scales_h), _mm256_slli_epi32(block, 1)), _mm256_set1_epi32(3));
+  const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(low, _mm256_slli_epi32(high, 4)), _mm256_set1_epi32(32));
+  const __m256 dl = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), _mm256_cvtepi32_ps(ls));
   for (int t = 0; t < NT; ++t) {
     const auto tt = static_cast<std::size_t>(t);
     const std::int8_t* xq = xa.q_row(tt) + 256 * sb;

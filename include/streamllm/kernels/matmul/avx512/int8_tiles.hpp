@@ -361,26 +361,37 @@ STREAMLLM_AVX512 inline void unpack_blocks32(DType type, bool interleaved, const
   }
 }
 
+// unpack(block s, s) for each super-block of `kc` columns of a row.
+template <class Block, class Unpack>
+STREAMLLM_AVX512 inline void unpack_each(const std::byte* src, std::size_t kc, Unpack unpack) {
+  const auto* blk = reinterpret_cast<const Block*>(src);
+  for (std::size_t s = 0; s < kc / 256; ++s) unpack(blk[s], s);
+}
+
 // The super-blocks of `kc` columns of a super-block row: Q4_K and Q5_K as
-// Int8Q4K, Q6_K and Q3_K as Int8Q6K, IQ4_XS as Int8Blocks.
+// Int8Q4K, Q6_K and Q3_K as Int8Q6K, IQ4_XS as Int8Blocks. The type is
+// chosen once per row, not per super-block: a choice inside the loop made
+// Q4_K's tiles of 16 tokens 10% slower (TinyLlama's 2048 x 2048, Zen 5).
 STREAMLLM_AVX512 inline void unpack_kquants(DType type, const std::byte* src, std::size_t kc, std::int8_t* q, std::byte* scales,
                                             std::byte* corrections, std::byte* mins) {
-  for (std::size_t s = 0; s < kc / 256; ++s) {
-    if (type == DType::Q4_K)
-      unpack_q4k(reinterpret_cast<const quant::BlockQ4K*>(src)[s], q + 256 * s, scales + 32 * s, corrections + 32 * s,
-                 mins + 32 * s);
-    else if (type == DType::Q5_K)
-      unpack_q4k(reinterpret_cast<const quant::BlockQ5K*>(src)[s], q + 256 * s, scales + 32 * s, corrections + 32 * s,
-                 mins + 32 * s);
-    else if (type == DType::Q6_K)
-      unpack_sub_blocks16<Q6KFormat>(reinterpret_cast<const quant::BlockQ6K*>(src)[s], q + 256 * s, scales + 64 * s,
-                                     corrections + 64 * s);
-    else if (type == DType::Q3_K)
-      unpack_sub_blocks16<Q3KFormat>(reinterpret_cast<const quant::BlockQ3K*>(src)[s], q + 256 * s, scales + 64 * s,
-                                     corrections + 64 * s);
-    else
-      unpack_super_block32<IQ4XSFormat>(reinterpret_cast<const quant::BlockIQ4XS*>(src)[s], q + 256 * s, scales + 32 * s,
-                                        corrections + 32 * s);
+  const auto affine = [&](const auto& b, std::size_t s) {
+    unpack_q4k(b, q + 256 * s, scales + 32 * s, corrections + 32 * s, mins + 32 * s);
+  };
+  switch (type) {
+    case DType::Q4_K: return unpack_each<quant::BlockQ4K>(src, kc, affine);
+    case DType::Q5_K: return unpack_each<quant::BlockQ5K>(src, kc, affine);
+    case DType::Q6_K:
+      return unpack_each<quant::BlockQ6K>(src, kc, [&](const quant::BlockQ6K& b, std::size_t s) {
+        unpack_sub_blocks16<Q6KFormat>(b, q + 256 * s, scales + 64 * s, corrections + 64 * s);
+      });
+    case DType::Q3_K:
+      return unpack_each<quant::BlockQ3K>(src, kc, [&](const quant::BlockQ3K& b, std::size_t s) {
+        unpack_sub_blocks16<Q3KFormat>(b, q + 256 * s, scales + 64 * s, corrections + 64 * s);
+      });
+    default:  // IQ4_XS
+      return unpack_each<quant::BlockIQ4XS>(src, kc, [&](const quant::BlockIQ4XS& b, std::size_t s) {
+        unpack_super_block32<IQ4XSFormat>(b, q + 256 * s, scales + 32 * s, corrections + 32 * s);
+      });
   }
 }
 
