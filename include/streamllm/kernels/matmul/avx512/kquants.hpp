@@ -1,7 +1,7 @@
 // AVX-512 decode of K-quant rows (Q4_K, Q5_K, Q6_K) against int8 activations (VNNI).
 #pragma once
 
-#include "streamllm/kernels/matmul/avx512/isa.hpp"
+#include "streamllm/kernels/matmul/avx512/super_blocks.hpp"
 
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
 STREAMLLM_BEGIN_AVX512_INTRINSICS
@@ -85,9 +85,7 @@ struct Q6KFormat {
 // Lane l of vector v of a super-block lies in Q4_K / Q5_K sub-block 2v + l / 8
 // and in Q6_K sub-block 4v + l / 4: the scale each lane takes.
 STREAMLLM_AVX512 inline __m512i kquant_lane_scale_index(DType t, int v) {
-  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-  return t != DType::Q6_K ? _mm512_add_epi32(_mm512_set1_epi32(2 * v), _mm512_srli_epi32(lane, 3))
-                          : _mm512_add_epi32(_mm512_set1_epi32(4 * v), _mm512_srli_epi32(lane, 2));
+  return sub_block_lane_index(t == DType::Q6_K ? 16 : 32, v);
 }
 
 // Row r of a K-quant matrix against NT tokens' int8 activations; index[v]

@@ -6,6 +6,7 @@
 // row loop (super_blocks.hpp), its scales per block of 32.
 #pragma once
 
+#include "streamllm/kernels/matmul/avx2/nonlinear_blocks.hpp"
 #include "streamllm/kernels/matmul/avx512/int8_blocks.hpp"
 #include "streamllm/kernels/matmul/avx512/super_blocks.hpp"
 
@@ -56,19 +57,7 @@ struct IQ4XSFormat {
   using Block = quant::BlockIQ4XS;
   static constexpr int kSubBlock = 32, kOffset = 128;
   static constexpr bool kMins = false;
-  // quant::iq4xs_scale for the eight blocks at once (lanes 0-7): the low 4
-  // bits of block j at bit 4j of scales_l, the high 2 at bit 2j of scales_h.
-  STREAMLLM_AVX512 static __m512 scales(const Block& b) {
-    std::uint32_t low_bits;
-    std::memcpy(&low_bits, b.scales_l, 4);
-    const __m256i j = _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0);
-    const __m256i low = _mm256_and_si256(
-        _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(low_bits)), _mm256_slli_epi32(j, 2)), _mm256_set1_epi32(0xF));
-    const __m256i high =
-        _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(b.scales_h), _mm256_slli_epi32(j, 1)), _mm256_set1_epi32(3));
-    const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(low, _mm256_slli_epi32(high, 4)), _mm256_set1_epi32(32));
-    return _mm512_zextps256_ps512(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), _mm256_cvtepi32_ps(ls)));
-  }
+  STREAMLLM_AVX512 static __m512 scales(const Block& b) { return _mm512_zextps256_ps512(avx2::iq4xs_scales(b)); }
   STREAMLLM_AVX512 static void quants(const Block& b, __m512i (&u)[4]) {
     const __m512i twice = _mm512_set_epi64(3, 2, 3, 2, 1, 0, 1, 0);  // each block's 16 bytes, twice
     const long long four = 0x0004000400040004;
