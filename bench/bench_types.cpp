@@ -1,6 +1,6 @@
 // TinyLlama-1.1B shape, random weights (std 0.02) in each weight type, written
 // through our GGUF writer: prefill (pp128, pp512), a chat turn's prefill
-// (8-72 tokens after 256) and decode (tg128 from an empty cache, and 32
+// (8-96 tokens after 256 and after 1024) and decode (tg128 from an empty cache, and 32
 // tokens at depth 1024), 1 and 2 threads.
 //
 // Counters: tok/s; decode GB/s = bytes of the weight matrices x tok/s;
@@ -122,7 +122,7 @@ void register_all() {
   for (const char* t : {"f16", "q8_0", "q4_0", "q4_k_m"}) {
     const std::string type = t;
     benchmark::RegisterBenchmark(("Turn/" + type).c_str(), [type](benchmark::State& s) { turn(s, type); })
-        ->ArgsProduct({{2}, {256}, {8, 12, 16, 18, 24, 40, 72}})
+        ->ArgsProduct({{2}, {256, 1024}, {8, 12, 16, 18, 24, 32, 38, 40, 48, 64, 72, 96}})
         ->ArgNames({"threads", "depth", "tokens"})
         ->Unit(benchmark::kMillisecond)
         ->UseManualTime()

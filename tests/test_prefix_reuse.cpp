@@ -79,6 +79,50 @@ TEST_CASE("a dense cache cut back or copied gives the logits of a fresh prefill"
   }
 }
 
+TEST_CASE("a dense cache grows in place: its tokens stay where they are, and the pool hands a conversation on grown", "[cache]") {
+  const auto ids = golden_ids(120);
+  auto cache = std::make_unique<KVCache<Stories>>(64);
+  model().prefill({ids.data(), 60}, *cache);
+  KVSegment before, after;
+  REQUIRE(cache->segments(3, 60, &before) == 1);
+  const std::size_t bytes64 = cache->bytes();
+  REQUIRE_FALSE(cache->has_room(60));
+  REQUIRE(cache->grow(32));  // it has that already
+  REQUIRE(cache->grow(200));
+  REQUIRE(cache->capacity() == 200);
+  REQUIRE(cache->bytes() == bytes64 / 64 * 200);  // what the pool's budget counts
+  REQUIRE(cache->segments(3, 60, &after) == 1);
+  REQUIRE((after.k == before.k && after.v == before.v));  // not copied
+  REQUIRE(cache->has_room(60));
+  // Past its reserve (MaxSeq) it cannot grow in place: only a copy can.
+  REQUIRE_FALSE(cache->grow(Stories::MaxSeq + 1));
+  REQUIRE(cache->capacity() == 200);
+
+  // A pooled conversation taken by a request that needs more room: the
+  // same cache, grown, and the next turn gives a fresh prefill's logits.
+  CachePoolOptions opt;
+  opt.max_bytes = std::size_t(64) << 20;
+  CachePool<Stories> pool(opt);
+  const KVCache<Stories>* kept = cache.get();
+  pool.put(std::move(cache), {ids.begin(), ids.begin() + 60});
+  auto taken = pool.take(ids, {0, 0, 400});
+  REQUIRE(taken.tokens == 60);
+  REQUIRE(taken.cache.get() == kept);
+  REQUIRE(taken.cache->capacity() == 400);
+  const auto got = copy(model().prefill({ids.data() + 60, 60}, *taken.cache));
+  KVCache<Stories> fresh;
+  REQUIRE(test::max_abs_diff(got, copy(model().prefill(ids, fresh))) <= 1e-4f);
+  // And a copy of a grown cache is a cache of its own with the same tokens.
+  const KVCache<Stories> twin(static_cast<const KVCache<Stories>&>(*taken.cache));
+  REQUIRE((twin.size() == 120 && twin.capacity() == 400));
+  KVSegment a, b;
+  taken.cache->segments(Stories::Layers - 1, 120, &a);
+  twin.segments(Stories::Layers - 1, 120, &b);
+  REQUIRE(a.k != b.k);
+  REQUIRE(std::equal(a.k, a.k + 120 * Stories::KVDim, b.k));
+  REQUIRE(std::equal(a.v, a.v + 120 * Stories::KVDim, b.v));
+}
+
 TEST_CASE("a ring cuts back only until it wraps", "[cache]") {
   const auto ids = golden_ids(100);
   DynamicSinkWindowKVCache<Stories> ring(4, 60);

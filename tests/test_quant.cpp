@@ -130,8 +130,11 @@ TEST_CASE("typed matrix kernels equal the exact product, on both paths and every
     for (std::int64_t cols : col_counts) {
       const std::int64_t rows = 37;
       const Matrix m(t, normal(static_cast<std::size_t>(rows * cols), 4, 0.05f), rows, cols);
-      // kTokensPerPass + 44 tokens: two passes of the tiles, the second partial.
-      const std::size_t counts[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 16, 17, 20, 23, 33, 70, k::kTokensPerPass + 44};
+      // 48: the decode kernel in passes where it takes that many (AVX-512
+      // Q8_0 / Q4_0); 70 and 90: past them, a rest after whole groups of
+      // the tiles on the decode kernel, and one the tiles pad; kTokensPerPass
+      // + 44: two passes of the tiles, the second partial.
+      const std::size_t counts[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 16, 17, 20, 23, 33, 48, 70, 90, k::kTokensPerPass + 44};
       for (std::size_t n : counts) {
         const std::size_t ldx = static_cast<std::size_t>(cols) + 5, ldy = static_cast<std::size_t>(rows) + 3;
         const auto x = normal(n * ldx, 5);
@@ -162,10 +165,11 @@ TEST_CASE("typed matrix kernels equal the exact product, on both paths and every
           const k::ScopedBf16Tiles forced(path.bf16_tiles);
           std::vector<float> got(n * ldy, 0.0f);
           k::matmul(m.view, x.data(), n, ldx, got.data(), ldy, isa);
-          // Tokens up to the row's limit go to its decode kernel, and past it
-          // the tiles take all but a short rest, which goes to the decode kernel.
+          // Tokens up to the row's limits go to its decode kernel (in passes),
+          // and past them the tiles take all but a short rest, which goes to
+          // the decode kernel.
           const k::MatmulKernel& row = k::matmul_kernel(t, isa);
-          const std::size_t decode_from = n <= row.decode_tokens ? 0 : n - row.decode_tail(n);
+          const std::size_t decode_from = row.decode_from(n);
           for (std::size_t j = 0; j < n; ++j) {
             const bool on_decode = j >= decode_from;
             const bool int8_acts = on_decode ? row.activations != k::ActivationLayout::Float : row.tiles == k::Tiles::Int8;
@@ -209,7 +213,8 @@ TEST_CASE("every row of the kernel table is complete, and its decode kernel equa
         REQUIRE((row.activations == k::ActivationLayout::Float) == (row.quantize == nullptr));
         REQUIRE((row.pack == nullptr) == (row.prefill_packed == nullptr));
         REQUIRE((row.pack == nullptr) == (row.tiles != k::Tiles::Int8));
-        REQUIRE(row.decode_tail(5 * row.tile_tokens + 1) <= row.decode_tokens);
+        REQUIRE(row.tail_tokens <= row.tile_tokens / 2);  // a rest of more than half a group: the tiles'
+        REQUIRE((row.pass_tokens == 0 || (row.pass_tokens > row.decode_tokens && row.tile_tokens > 0)));
         if (row.repack) REQUIRE(k::matmul_kernel(row.repacked_type, isa).activations == row.activations);
         if (isa != k::Isa::Portable) REQUIRE(row.twin);
 
@@ -318,7 +323,7 @@ TEST_CASE("the VNNI and AVX2 int8 kernels of Q8_0 / Q4_0 equal their portable tw
         const Matrix fast_m(t, weights, rows, cols), m(quant::base_type(t), weights, rows, cols);
         // Every path: one token, the batched gemv (up to its limit), the int8 tiles
         // (beyond, with a short rest on the gemv), with partial tiles of tokens.
-        for (std::size_t n : {1, 2, 3, 4, 5, 8, 9, 12, 16, 17, 31, 32, 33, 70}) {
+        for (std::size_t n : {1, 2, 3, 4, 5, 8, 9, 12, 16, 17, 31, 32, 33, 48, 70, 90}) {
           if (isa == k::Isa::Avx2 && t == DType::Q8_0 && n > k::matmul_kernel(t, isa).decode_tokens) break;
           const auto x = normal(n * static_cast<std::size_t>(cols), 7);
           std::vector<float> fast(n * static_cast<std::size_t>(rows)), twin(fast.size());
@@ -371,9 +376,11 @@ void require_int8_kernels_equal_twin(const TensorView& w, bool extreme, Twin&& t
   for (const k::Isa isa : {k::Isa::Avx512Bf16Vnni, k::Isa::Avx2}) {
     if (!can_run(isa)) continue;
     // Past the gemv's limit (passes of 4 up to it), a rest after whole
-    // groups that goes to the gemv (17, 20) and one that the tiles pad (21).
+    // groups that goes to the gemv (AVX2: 17, 20; AVX-512: 33, 36; 70 for
+    // IQ4_NL, whose gemv takes passes up to 48) and one that the tiles pad
+    // (AVX2: 21; AVX-512: 70, and 90 for IQ4_NL).
     REQUIRE(k::matmul_kernel(w.type, isa).decode_tokens < 17);
-    for (std::size_t n : {1, 2, 3, 4, 5, 8, 17, 20, 21, 32, 33, 70}) {
+    for (std::size_t n : {1, 2, 3, 4, 5, 8, 17, 20, 21, 32, 33, 36, 70, 90}) {
       // Counts the f32 tiles take do other arithmetic (the exact-product test holds them).
       const k::MatmulKernel& row = k::matmul_kernel(w.type, isa);
       if (n > row.decode_tokens && row.tiles != k::Tiles::Int8) continue;
@@ -471,8 +478,9 @@ TEST_CASE("matmul_shared gives each matrix what matmul gives it, fused or not", 
   // wq/wk/wv-like targets (one large, two small, strided outputs) in one
   // type, a mix of int8-tile types (prefill packs the tokens once for all of
   // them: Q4_K_M's wq Q4_K and wv Q6_K), and a mix with F32, which falls back
-  // to a matmul per target. 1-17 tokens take the matrix-vector kernels, 33 and
-  // 70 the tiles (partial token groups). On every path this CPU can take: on
+  // to a matmul per target. 1-17 tokens take the matrix-vector kernels, 33
+  // and 48 the tiles or the matrix-vector kernels in passes (AVX-512 Q8_0 /
+  // Q4_0), 70 and 90 the tiles (partial token groups, rests on the decode kernels). On every path this CPU can take: on
   // AVX2 the int8 gemv of all four types reads the same activations, so the
   // mixes of those fuse there too.
   const std::int64_t cols = 2048;
@@ -495,7 +503,7 @@ TEST_CASE("matmul_shared gives each matrix what matmul gives it, fused or not", 
       for (std::size_t i = 0; i < 3; ++i)
         ms.emplace_back(types[i], normal(static_cast<std::size_t>(rows[i] * cols), static_cast<std::uint32_t>(20 + i), 0.05f),
                         rows[i], cols);
-      for (std::size_t n : {1, 2, 8, 16, 17, 33, 70}) {
+      for (std::size_t n : {1, 2, 8, 16, 17, 33, 48, 70, 90}) {
         const auto x = normal(n * static_cast<std::size_t>(cols), 9);
         std::vector<std::vector<float>> shared(3), alone(3);
         std::vector<k::MatmulTarget> targets;

@@ -109,8 +109,8 @@ class CachePool {
     const std::int64_t n = static_cast<std::int64_t>(b.tokens);
     Taken out;
     out.tokens = b.tokens;
-    if (n == e.cache->size() && (!shape.dense() || e.cache->capacity() >= shape.capacity)) {
-      out.cache = std::move(e.cache);  // the whole of it: the conversation goes on in it
+    if (n == e.cache->size() && (!shape.dense() || e.cache->grow(shape.capacity))) {
+      out.cache = std::move(e.cache);  // the whole of it: the conversation goes on in it (grown in place)
       erase(b.mem);
     } else if (n == e.cache->size()) {
       out.cache = e.cache->copy_prefix(n, shape.capacity);  // room for the request

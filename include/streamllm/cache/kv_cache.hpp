@@ -119,6 +119,11 @@ class KVCacheBase {
     size_ = n;
   }
 
+  // Room for `capacity` positions with what is cached where it is: true
+  // when the cache has it or has grown to it in place, false when only a
+  // copy (copy_prefix) can give it. A ring's room is its rule.
+  virtual bool grow(std::int64_t capacity) { return capacity <= this->capacity(); }
+
   // An empty cache of the same kind and rule; a dense one with room for at
   // least `capacity` positions (and never less than this one has).
   virtual std::unique_ptr<KVCacheBase> empty_like(std::int64_t capacity = 0) const = 0;
@@ -178,20 +183,42 @@ class KVCacheBase {
 // The dense cache: every token of the sequence, up to MaxSeq positions (the
 // context the model was trained with). A larger capacity may be asked for, to
 // measure what happens past that length (RoPE extrapolation).
+//
+// Its memory: address space for MaxSeq positions (or the capacity, if
+// larger) is reserved at once, and `capacity` of them are usable; grow()
+// opens more in place, so a conversation's cache grows with it and is never
+// copied. The system backs only the pages written: a cache costs the memory
+// of the tokens it holds, whatever its capacity.
 template <class Config>
 class KVCache final : public KVCacheBase<Config> {
  public:
   explicit KVCache(std::int64_t capacity = Config::MaxSeq)
-      : capacity_(capacity), layer_floats_(static_cast<std::size_t>(capacity) * Config::KVDim) {
-    if (capacity <= 0) throw InputError("dense KV cache: capacity " + std::to_string(capacity) + " must be positive");
-    k_.resize(layer_floats_ * Config::Layers);
-    v_.resize(layer_floats_ * Config::Layers);
+      : capacity_(checked_capacity(capacity)),
+        reserved_(std::max<std::int64_t>(capacity, Config::MaxSeq)),
+        layer_floats_(page_floats(static_cast<std::size_t>(reserved_) * Config::KVDim)),
+        memory_(2 * Config::Layers * layer_floats_ * sizeof(float), huge_pages(layer_floats_)) {
+    commit(capacity_);
   }
+  // A copy: its own memory, the same capacity, the cached tokens.
+  KVCache(const KVCache& other) : KVCache(other.capacity_) {
+    KVCacheBase<Config>::operator=(other);
+    const auto from = static_cast<const KVCacheBase<Config>&>(other).state(other.size_);
+    const auto to = state(other.size_);
+    for (std::size_t i = 0; i < from.size(); ++i) std::memcpy(to[i].data(), from[i].data(), from[i].size_bytes());
+  }
+  KVCache& operator=(const KVCache&) = delete;
 
   typename KVCacheBase<Config>::Kind kind() const override { return KVCacheBase<Config>::Kind::Dense; }
   std::int64_t sinks() const override { return 0; }
   std::int64_t window() const override { return kUnboundedWindow; }
   std::int64_t capacity() const override { return capacity_; }
+  bool grow(std::int64_t capacity) override {
+    if (capacity <= capacity_) return true;
+    if (capacity > reserved_) return false;
+    commit(capacity);
+    capacity_ = capacity;
+    return true;
+  }
   bool can_truncate(std::int64_t n) const override { return n <= this->size_; }
   std::unique_ptr<KVCacheBase<Config>> empty_like(std::int64_t capacity) const override {
     return std::make_unique<KVCache>(std::max(capacity, capacity_));
@@ -199,14 +226,13 @@ class KVCache final : public KVCacheBase<Config> {
   std::vector<std::span<float>> state(std::int64_t n) override {
     std::vector<std::span<float>> out;
     const auto used = static_cast<std::size_t>(n) * Config::KVDim;
-    for (int l = 0; l < Config::Layers; ++l) {
-      const std::size_t base = static_cast<std::size_t>(l) * layer_floats_;
-      out.emplace_back(k_.data() + base, used);
-      out.emplace_back(v_.data() + base, used);
-    }
+    for (int l = 0; l < Config::Layers; ++l) out.emplace_back(keys(l), used), out.emplace_back(values(l), used);
     return out;
   }
-  std::size_t bytes() const override { return (k_.size() + v_.size()) * sizeof(float); }
+  // What the capacity may take: the memory budget of a pool counts this.
+  std::size_t bytes() const override {
+    return 2 * Config::Layers * static_cast<std::size_t>(capacity_) * Config::KVDim * sizeof(float);
+  }
   std::string describe() const override { return "dense KV cache of " + std::to_string(capacity_) + " positions"; }
 
   bool has_room(std::int64_t n) const override { return this->size_ + n <= capacity_; }
@@ -219,24 +245,50 @@ class KVCache final : public KVCacheBase<Config> {
 
   int segments(int layer, std::int64_t, KVSegment* out) const override {
     if (this->size_ == 0) return 0;
-    const std::size_t base = static_cast<std::size_t>(layer) * layer_floats_;
-    out[0] = {k_.data() + base, v_.data() + base, Config::KVDim, this->size_, false, 0};
+    out[0] = {keys(layer), values(layer), Config::KVDim, this->size_, false, 0};
     return 1;
   }
 
   void store(int layer, std::int64_t pos, std::int64_t n, const float* k, const float* v, std::size_t ld) override {
-    const std::size_t base = static_cast<std::size_t>(layer) * layer_floats_;
-    for (std::int64_t i = 0; i < n; ++i) {
-      const std::size_t slot = base + static_cast<std::size_t>(pos + i) * Config::KVDim;
-      std::memcpy(k_.data() + slot, k + static_cast<std::size_t>(i) * ld, Config::KVDim * sizeof(float));
-      std::memcpy(v_.data() + slot, v + static_cast<std::size_t>(i) * ld, Config::KVDim * sizeof(float));
+    float* const kl = keys(layer) + static_cast<std::size_t>(pos) * Config::KVDim;
+    float* const vl = values(layer) + static_cast<std::size_t>(pos) * Config::KVDim;
+    for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i) {
+      std::memcpy(kl + i * Config::KVDim, k + i * ld, Config::KVDim * sizeof(float));
+      std::memcpy(vl + i * Config::KVDim, v + i * ld, Config::KVDim * sizeof(float));
     }
   }
 
  private:
-  std::int64_t capacity_;
+  static std::int64_t checked_capacity(std::int64_t capacity) {
+    if (capacity <= 0) throw InputError("dense KV cache: capacity " + std::to_string(capacity) + " must be positive");
+    return capacity;
+  }
+  // A layer's keys (or values) start on a page, so that each opens on its own.
+  static std::size_t page_floats(std::size_t floats) {
+    const std::size_t page = ReservedMemory::page() / sizeof(float);
+    return (floats + page - 1) / page * page;
+  }
+  // 2 MB pages where a layer's reserve is at least 16 of them (a page then
+  // holds at most 1/16 of the positions; Llama 2 7B's 4096 x 4096 floats:
+  // 128 positions), so that a short conversation is not backed by the
+  // pages of a long one. Below that 4 KB pages, whose TLB misses attention
+  // over a few MB per layer hardly feels.
+  static bool huge_pages(std::size_t layer_floats) { return layer_floats * sizeof(float) >= 16 * (std::size_t(2) << 20); }
+
+  float* keys(int layer) const {
+    return reinterpret_cast<float*>(memory_.data()) + static_cast<std::size_t>(layer) * layer_floats_;
+  }
+  float* values(int layer) const { return keys(Config::Layers + layer); }
+  // Positions [0, capacity) of every layer's keys and values usable.
+  void commit(std::int64_t capacity) {
+    const std::size_t bytes = static_cast<std::size_t>(capacity) * Config::KVDim * sizeof(float);
+    for (int r = 0; r < 2 * Config::Layers; ++r)
+      memory_.commit(static_cast<std::size_t>(r) * layer_floats_ * sizeof(float), bytes);
+  }
+
+  std::int64_t capacity_, reserved_;
   std::size_t layer_floats_;
-  AlignedVector<float> k_, v_;  // [layer][position][kv_dim]
+  ReservedMemory memory_;  // [keys, values][layer][position][kv_dim], layer_floats_ per layer
 };
 
 }  // namespace streamllm

@@ -276,6 +276,8 @@ class MpiShardLink final : public ShardLink<Config> {
                 caches[id] = std::make_unique<DynamicSinkWindowKVCache<Config>>(sinks, window);
             }
             Cache& c = cache(id);
+            if (dense && !c.grow(capacity))  // rank 0's grew in place (a conversation taken from the pool)
+              throw Error("cache " + std::to_string(id) + " cannot grow to " + std::to_string(capacity) + " positions here");
             if (c.size() < size)
               throw Error("cache " + std::to_string(id) + " holds " + std::to_string(c.size()) + " tokens here, " +
                           std::to_string(size) + " on rank 0");

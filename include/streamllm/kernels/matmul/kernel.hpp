@@ -90,19 +90,28 @@ struct MatmulKernel {
   PrefillFn prefill = nullptr;
   PackTokensFn pack = nullptr;  // where the tiles read packed tokens (with prefill_packed)
   PackedPrefillFn prefill_packed = nullptr;
-  // The tiles' group of tokens: past whole groups, a rest of at most a
-  // quarter group goes to the decode kernel instead (0: none does).
+  // The tiles' group of tokens, and the rest past whole groups that goes to
+  // the decode kernel instead (0: none does): a rest of a few tokens costs
+  // the tiles a whole group of arithmetic, the decode kernel one more read
+  // of the weights.
   std::size_t tile_tokens = 0;
+  std::size_t tail_tokens = 0;
+  // Up to this many tokens (more than decode_tokens), the decode kernel in
+  // passes of decode_tokens instead of the tiles (0: never): where the
+  // tiles unpack every weight block before use, which few groups of tokens
+  // do not repay, and the decode kernel reads the weights as they are.
+  std::size_t pass_tokens = 0;
 
   // Load: the type the weights are repacked to, and how (null: read as they are).
   RepackFn repack = nullptr;
   DType repacked_type = DType::F32;
 
-  // Of n tokens (more than decode_tokens), how many at the end go to the decode kernel.
-  std::size_t decode_tail(std::size_t n) const {
-    if (tile_tokens == 0) return 0;
-    const std::size_t rest = n % tile_tokens;
-    return rest <= tile_tokens / 4 ? rest : 0;
+  // Of n tokens, the first that the decode kernel serves (n: none): the
+  // tiles take those before it.
+  std::size_t decode_from(std::size_t n) const {
+    if (n <= std::max(decode_tokens, pass_tokens)) return 0;
+    const std::size_t rest = tile_tokens == 0 ? 0 : n % tile_tokens;
+    return rest <= tail_tokens ? n - rest : n;
   }
 };
 

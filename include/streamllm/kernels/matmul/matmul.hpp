@@ -21,14 +21,20 @@
 
 namespace streamllm::kernels {
 
-// Few tokens (n <= kernel.decode_tokens): the rows in chunks over the
-// threads, the tokens quantised once first where the kernel reads int8.
+// Few tokens: the rows in chunks over the threads, in passes of up to
+// kernel.decode_tokens (each pass reads the weights again), each pass's
+// tokens quantised first where the kernel reads int8.
 inline void decode(const MatmulKernel& kernel, const TensorView& w, const float* x, std::size_t n, std::size_t ldx, float* y,
                    std::size_t ldy) {
   const auto m = static_cast<std::size_t>(w.rows), k = static_cast<std::size_t>(w.cols);
-  const DecodeInput in{x, ldx, kernel.quantize ? kernel.quantize(x, ldx, n, k) : nullptr};
-  parallel_chunks(m, gemv_chunk_rows(static_cast<std::size_t>(w.row_stride), m, n), m * k * n,
-                  [&](std::size_t r0, std::size_t r1) { kernel.decode(w, r0, r1, in, n, y, ldy); });
+  for (std::size_t t0 = 0; t0 < n; t0 += kernel.decode_tokens) {
+    const std::size_t nt = std::min(kernel.decode_tokens, n - t0);
+    const float* xt = x + t0 * ldx;
+    float* yt = y + t0 * ldy;
+    const DecodeInput in{xt, ldx, kernel.quantize ? kernel.quantize(xt, ldx, nt, k) : nullptr};
+    parallel_chunks(m, gemv_chunk_rows(static_cast<std::size_t>(w.row_stride), m, nt), m * k * nt,
+                    [&](std::size_t r0, std::size_t r1) { kernel.decode(w, r0, r1, in, nt, yt, ldy); });
+  }
 }
 
 // y[n][ldy] = x[n][ldx] * W^T, for the first W.rows outputs of each row of y.
@@ -36,10 +42,9 @@ inline void matmul(const TensorView& w, const float* x, std::size_t n, std::size
                    Isa isa = active_isa()) {
   if (n == 0) return;
   const MatmulKernel& kernel = matmul_kernel(w.type, isa);
-  if (n <= kernel.decode_tokens) return decode(kernel, w, x, n, ldx, y, ldy);
-  const std::size_t tail = kernel.decode_tail(n), tiled = n - tail;
-  kernel.prefill(w, x, tiled, ldx, y, ldy);
-  if (tail) decode(kernel, w, x + tiled * ldx, tail, ldx, y + tiled * ldy, ldy);
+  const std::size_t tiled = kernel.decode_from(n);
+  if (tiled > 0) kernel.prefill(w, x, tiled, ldx, y, ldy);
+  if (tiled < n) decode(kernel, w, x + tiled * ldx, n - tiled, ldx, y + tiled * ldy, ldy);
 }
 
 // f32 rows in place (not a view): the classifier of a model built in memory, tests.
@@ -115,19 +120,27 @@ inline void matmul_shared(std::span<const MatmulTarget> targets, const float* x,
       if (static_cast<std::size_t>(targets[i].w->cols) != k || !same(*kernels[i])) return false;
     return true;
   };
-  if (first.quantize && all([&](const MatmulKernel& r) { return r.activations == first.activations && n <= r.decode_tokens; }))
-    return detail::decode_shared(targets, kernels, x, n, ldx);
-  if (first.pack && all([&](const MatmulKernel& r) { return r.pack == first.pack && n > r.decode_tokens; })) {
-    const std::size_t tail = first.decode_tail(n), tiled = n - tail;
+  // The targets from token t0 > 0 on (a copy: rarely taken, passes and rests).
+  auto from_token = [&](std::size_t t0) {
+    std::vector<MatmulTarget> rest(targets.begin(), targets.end());
+    for (MatmulTarget& t : rest) t.y += t0 * t.ldy;
+    return rest;
+  };
+  const std::size_t tiled = first.decode_from(n);
+  if (first.quantize && tiled == 0 &&
+      all([&](const MatmulKernel& r) { return r.activations == first.activations && r.decode_from(n) == 0; })) {
+    std::size_t pass = n;  // the decode kernels' passes: as many tokens as all take
+    for (const MatmulKernel* r : kernels) pass = std::min(pass, r->decode_tokens);
+    detail::decode_shared(targets, kernels, x, std::min(pass, n), ldx);
+    for (std::size_t t0 = pass; t0 < n; t0 += pass)
+      detail::decode_shared(from_token(t0), kernels, x + t0 * ldx, std::min(pass, n - t0), ldx);
+    return;
+  }
+  if (first.pack && tiled > 0 && all([&](const MatmulKernel& r) { return r.pack == first.pack && r.decode_from(n) == tiled; })) {
     const void* packed = first.pack(x, ldx, tiled, k);
     for (std::size_t i = 0; i < targets.size(); ++i)
       kernels[i]->prefill_packed(*targets[i].w, packed, tiled, targets[i].y, targets[i].ldy);
-    if (tail) {  // the same targets from token `tiled` on: few enough for their decode kernels
-      static thread_local std::vector<MatmulTarget> rest;
-      rest.assign(targets.begin(), targets.end());
-      for (MatmulTarget& t : rest) t.y += tiled * t.ldy;
-      matmul_shared(rest, x + tiled * ldx, tail, ldx, isa);
-    }
+    if (tiled < n) matmul_shared(from_token(tiled), x + tiled * ldx, n - tiled, ldx, isa);
     return;
   }
   for (const MatmulTarget& t : targets) matmul(*t.w, x, n, ldx, t.y, t.ldy, isa);

@@ -95,7 +95,8 @@ constexpr MatmulKernel float_tile_row(DType t, DecodeRowsFn decode, DecodeRowsFn
           .quantize = quantize,
           .twin = twin,
           .prefill = prefill_f32_tiles<GemmF32, row_to_f32>,
-          .tile_tokens = GemmF32::kTok};
+          .tile_tokens = GemmF32::kTok,
+          .tail_tokens = GemmF32::kTok / 4};
 }
 
 // A type on the int8 tiles of Format (Run, Offset), its decode kernel against int8 activations.
@@ -112,7 +113,8 @@ constexpr MatmulKernel int8_tile_row(DType t, DecodeRowsFn decode, DecodeRowsFn 
           .prefill = prefill_int8<Format, Run, Offset>,
           .pack = pack_int8_tokens,
           .prefill_packed = prefill_int8_packed<Format, Run, Offset>,
-          .tile_tokens = kInt8Tok};
+          .tile_tokens = kInt8Tok,
+          .tail_tokens = kInt8Tok / 4};
 }
 
 inline constexpr MatmulKernel kRows[] = {

@@ -5,8 +5,10 @@
 // they are, up to 16 tokens in passes of 8; every quantised type against
 // int8 activations (vpdpbusd), Q8_0 and Q4_0 up to 16 tokens in 16-block
 // groups (their rows repacked at load, quant/interleaved.hpp; IQ4_NL read
-// as Q4_0 with looked-up quants), the others up to 4. Prefill: the int8
-// tiles for every quantised type but Q2_K (f32 tiles); BF16 on the bf16
+// as Q4_0 with looked-up quants), and up to 48 in passes of 16, the others
+// up to 4. Prefill: the int8 tiles (32 tokens a group; a rest after whole
+// groups that the decode kernel takes at once goes to it) for every
+// quantised type but Q2_K (f32 tiles); BF16 on the bf16
 // tiles where vdpbf16ps is full rate (bf16_tiles(): AMD), elsewhere (Intel)
 // with F32 and F16 on the f32 tiles, rows widened a block at a time.
 #pragma once
@@ -35,10 +37,17 @@ namespace streamllm::kernels::avx512 {
 
 // Float rows up to 8 tokens at once, and up to 16 in passes of 8 over rows
 // the first pass left in L2; BF16's tiles are the faster from 9 tokens where
-// it takes them. Q8_0 / Q4_0 groups up to 16.
+// it takes them. Q8_0 / Q4_0 groups up to 16 tokens, and up to 48 in passes
+// of 16: the tiles unpack every weight (a 1.1B model: ~100 ms on a Zen 5,
+// as long as 32 tokens of their arithmetic), the groups read them as they
+// are, compute-bound from 8 tokens on, so a pass more costs little more
+// than its arithmetic (TinyLlama Q8_0 after 1024 tokens, 2 threads:
+// 38 tokens 177-184 ms against 248-250 on the tiles, 64 tokens 290-296
+// against 284-285; bench_types Turn).
 inline constexpr std::size_t kFloatDecodeTokens = 16;
 inline constexpr std::size_t kBf16TileDecodeTokens = 8;
 inline constexpr std::size_t kGroupDecodeTokens = 16;
+inline constexpr std::size_t kGroupPassTokens = 48;
 
 template <class Row>
 inline void decode_widened(const TensorView& w, std::size_t r0, std::size_t r1, const DecodeInput& in, std::size_t n, float* y,
@@ -156,7 +165,9 @@ constexpr MatmulKernel int8_row(DType t, DecodeRowsFn decode, DecodeRowsFn twin,
           .tiles = Tiles::Int8,
           .prefill = prefill_int8<Format>,
           .pack = pack_int8_tokens,
-          .prefill_packed = prefill_int8_packed<Format>};
+          .prefill_packed = prefill_int8_packed<Format>,
+          .tile_tokens = kInt8Tok,
+          .tail_tokens = decode_tokens};
 }
 
 // Q8_0 or Q4_0 (Row: the file's layout, or the groups it is repacked to at load).
@@ -164,6 +175,7 @@ template <class Row>
 constexpr MatmulKernel group_row(DType t, DecodeRowsFn twin, ActivationLayout activations, DType repacked_type = DType::F32) {
   MatmulKernel row =
       int8_row<Int8Blocks>(t, decode_blocks<Row>, twin, kGroupDecodeTokens, activations, quantize_tokens_for_groups<Row>);
+  row.pass_tokens = kGroupPassTokens;
   if (repacked_type != DType::F32) {
     row.repack = repack_groups;
     row.repacked_type = repacked_type;
