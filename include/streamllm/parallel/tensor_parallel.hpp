@@ -55,8 +55,9 @@ class TensorParallelModel {
         throw InputError("tensor parallel: this model is split " + std::to_string(Ranks) + " ways, the job has " +
                          std::to_string(mpi.size()) + " processes");
       const bool mapped = opt.mode == LoadMode::Mapped;
-      model_ = std::make_unique<Llama<Shard>>(prepare_weights(shard_weights<Config, Ranks>(
-          load_weights<Config>(path, opt.mode, WeightLayout::AsInFile), mpi.rank(), opt.classifier, mapped)));
+      model_ = std::make_unique<Llama<Shard>>(
+          shard_weights<Config, Ranks>(load_weights<Config>(path, opt.mode, WeightLayout::AsInFile), mpi.rank(), opt.classifier,
+                                       mapped, WeightLayout::ForKernels));
     });
     std::vector<SliceBounds> vocab;
     for (int r = 0; r < Ranks; ++r) vocab.push_back(classifier_rows<Config>(Ranks, r, opt.classifier));

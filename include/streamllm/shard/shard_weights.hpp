@@ -113,13 +113,14 @@ inline void copy_columns(const std::vector<ColumnCut>& cuts, ShardStorage& stora
 }
 }  // namespace detail
 
-// Rank `rank`'s shard of `full`, as the file has it; pass it through
-// prepare_weights for the kernels. `mapped`: full's views are of a mapped
+// Rank `rank`'s shard of `full`, as the file has it, or (ForKernels)
+// passed through prepare_weights. `mapped`: full's views are of a mapped
 // file (LoadMode::Mapped), whose pages of the column-sliced matrices are
 // let go after the copy. Throws InputError where a slice would cut a block.
 template <class Config, int Ranks>
 ModelWeights<TensorShard<Config, Ranks>> shard_weights(const ModelWeights<Config>& full, int rank,
-                                                       ClassifierSplit split = ClassifierSplit::Sliced, bool mapped = false) {
+                                                       ClassifierSplit split = ClassifierSplit::Sliced, bool mapped = false,
+                                                       WeightLayout layout = WeightLayout::AsInFile) {
   using Shard = TensorShard<Config, Ranks>;
   if (rank < 0 || rank >= Ranks)
     throw InputError("tensor parallel: rank " + std::to_string(rank) + " of " + std::to_string(Ranks));
@@ -150,7 +151,21 @@ ModelWeights<TensorShard<Config, Ranks>> shard_weights(const ModelWeights<Config
   w.classifier = detail::row_slice(full.classifier, classifier_rows<Config>(Ranks, rank, split));
   w.hparams = full.hparams;
   w.source = full.source;
-  w.owner = std::move(storage);
+  w.owner = storage;
+  if (layout == WeightLayout::AsInFile) return w;
+  w = prepare_weights(std::move(w));
+  // The column copies the kernels' repacking replaced are read no more: let
+  // them go, or a rank holds its wo and w_down twice (on AVX-512, Q8_0 and
+  // Q4_0 are repacked: 97 MiB of TinyLlama's Q4_0 rank, 0.70x the one
+  // process's memory instead of 0.55x).
+  const auto begin = reinterpret_cast<std::uintptr_t>(storage->columns.data()), end = begin + storage->columns.size();
+  bool read = false;
+  for (const LayerWeights& l : w.layers)
+    for (const TensorView* m : {&l.wo, &l.w_down}) {
+      const auto at = reinterpret_cast<std::uintptr_t>(m->data);
+      read = read || (at >= begin && at < end);
+    }
+  if (!read) AlignedVector<std::byte>().swap(storage->columns);
   return w;
 }
 
