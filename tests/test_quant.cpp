@@ -317,7 +317,9 @@ TEST_CASE("the VNNI and AVX2 int8 kernels of Q8_0 / Q4_0 equal their portable tw
   for (const k::Isa isa : {k::Isa::Avx512Bf16Vnni, k::Isa::Avx2})
     for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q8_0x16, DType::Q4_0x16}) {
       if (!can_run(isa) || (isa == k::Isa::Avx2 && quant::is_interleaved(t))) continue;
-      for (std::int64_t cols : {32, 96, 2048, 1024 + 96}) {
+      // 5632 + 32: eleven groups, which the batched kernel takes in slices
+      // of k (the later ones adding to the first's sums), and a block past them.
+      for (std::int64_t cols : {32, 96, 2048, 1024 + 96, 5632 + 32}) {
         const std::int64_t rows = 9;
         const auto weights = normal(static_cast<std::size_t>(rows * cols), 6, 0.05f);
         const Matrix fast_m(t, weights, rows, cols), m(quant::base_type(t), weights, rows, cols);

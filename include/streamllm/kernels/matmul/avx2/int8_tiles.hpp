@@ -1,18 +1,21 @@
 // Int8 tiled matrix-matrix product (prefill) on AVX2 CPUs, for Q4_0, Q4_1,
-// Q5_0, Q5_1, Q4_K, Q5_K and Q6_K weights: vpmaddubsw multiplies 32 byte pairs per instruction, so
-// quantised prefill runs on the integer units instead of dequantising every
-// weight to f32 (docs/performance.md).
+// Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K weights: vpmaddubsw
+// multiplies 32 byte pairs per instruction, so quantised prefill runs on the
+// integer units instead of dequantising every weight to f32
+// (docs/performance.md).
 //
 // The layout of the AVX-512 tiles (avx512/int8_tiles.hpp): tokens along the lanes,
 // weight rows along registers, one weight quad (4 bytes) broadcast per row
 // and step, each weight row unpacked once per block into Int8Format's layout.
 // vpmaddubsw multiplies unsigned bytes with signed ones: here the weights are
 // the unsigned operand, as they are stored (Q4_0, Q4_1 and Q4_K nibbles
-// 0..15, Q5_0, Q5_1 and Q5_K quants 0..31, Q6_K quants 0..63), and the
-// activations, quantised per token and block as for decode, the signed one.
-// The stored offset (Q4_0 8, Q5_0 16, Q6_K 32) is taken back per block as
+// 0..15, Q5_0, Q5_1 and Q5_K quants 0..31, Q6_K quants 0..63, Q3_K's 0..7,
+// Q2_K's 0..3), and the activations, quantised per token and block as for
+// decode, the signed one. The stored offset (Q4_0 8, Q5_0 16, Q6_K 32, Q3_K
+// 4) is taken back per block (or half block) as
 // offset x the token's sum of quants, which is the same for every row, so
-// the rows carry no corrections; Q4_1's and Q5_1's m is Q4_K's min.
+// the rows carry no corrections; Q4_1's and Q5_1's m is Q4_K's min, and
+// Q2_K's -dmin m per half block multiplies the token's d x that half's sum.
 //
 // vpmaddubsw saturates its pair sums at 32767: Q8_0's weights (up to 127
 // either way) would need the sign trick, which costs as much as the f32 tiles
@@ -20,11 +23,13 @@
 // below it, and the int16 pair sums of Run quads are added before they are
 // widened (vpmaddwd) to int32: the 4-bit types (q <= 15) 8 quads, 8 x 2 x 15
 // x 127 = 30480; the 5-bit ones (q <= 31) 4 quads, 4 x 2 x 31 x 127 = 31496;
-// Q6_K (q <= 63) 2 quads, 2 x 2 x 63 x 127 = 32004.
+// Q6_K (q <= 63) 2 quads, 2 x 2 x 63 x 127 = 32004; Q3_K (q <= 7) and Q2_K
+// (q <= 3) the 4 quads of their half blocks, 4 x 2 x 7 x 127 = 7112.
 #pragma once
 
 #include "streamllm/kernels/matmul/avx2/int8_blocks.hpp"
 #include "streamllm/kernels/matmul/avx2/kquants.hpp"
+#include "streamllm/kernels/matmul/avx2/low_bit_kquants.hpp"
 #include "streamllm/kernels/matmul/int8_tile_format.hpp"
 
 #ifdef STREAMLLM_HAVE_AVX2_KERNELS
@@ -91,6 +96,14 @@ STREAMLLM_AVX2 inline void gemm_int8_micro(const std::byte* w, std::size_t ldw, 
     // first 16 quants, then of the last 16); a part of 32 adds both halves.
     __m256i corr0[kSplit], corr1[kSplit];
     const auto* sums = reinterpret_cast<const __m256i*>(xb + kInt8SumsAt);
+    // What the mins multiply, per token: d x the block's sum (dsum), or with
+    // mins per half block, d x each half's sum.
+    __m256 msum0[kSplit], msum1[kSplit];
+    if constexpr (Format::kMins)
+      for (std::size_t h = 0; h < kSplit; ++h) {
+        msum0[h] = kSplit == 1 ? _mm256_load_ps(dx + kInt8Tok) : _mm256_mul_ps(_mm256_cvtepi32_ps(sums[2 * h]), dx0);
+        msum1[h] = kSplit == 1 ? _mm256_load_ps(dx + kInt8Tok + 8) : _mm256_mul_ps(_mm256_cvtepi32_ps(sums[2 * h + 1]), dx1);
+      }
     for (std::size_t h = 0; h < kSplit; ++h) {
       corr0[h] = corr1[h] = _mm256_setzero_si256();
       if constexpr (Offset != 0) {
@@ -121,11 +134,12 @@ STREAMLLM_AVX2 inline void gemm_int8_micro(const std::byte* w, std::size_t ldw, 
         acc0[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(dw, dx0), acc0[i]);
         if constexpr (!Half) acc1[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(dw, dx1), acc1[i]);
       }
-      if constexpr (Format::kMins) {
-        const __m256 mw = _mm256_set1_ps(load_scalar<float>(wi + Format::mins_at(kc) + 4 * b));
-        acc0[i] = _mm256_fmadd_ps(mw, _mm256_load_ps(dx + kInt8Tok), acc0[i]);
-        if constexpr (!Half) acc1[i] = _mm256_fmadd_ps(mw, _mm256_load_ps(dx + kInt8Tok + 8), acc1[i]);
-      }
+      if constexpr (Format::kMins)
+        for (std::size_t h = 0; h < kSplit; ++h) {
+          const __m256 mw = _mm256_set1_ps(load_scalar<float>(wi + Format::mins_at(kc) + 4 * (b * kSplit + h)));
+          acc0[i] = _mm256_fmadd_ps(mw, msum0[h], acc0[i]);
+          if constexpr (!Half) acc1[i] = _mm256_fmadd_ps(mw, msum1[h], acc1[i]);
+        }
     }
   }
   for (std::size_t i = 0; i < MR; ++i) {
@@ -184,6 +198,38 @@ STREAMLLM_AVX2 inline void unpack_affine_k(const Block& blk, __m256i (&u)[8], st
   }
 }
 
+// Super-block sb of a Q3_K row as Int8Q6K lays it out: the quants as
+// stored (q + 4, 0..7), d (sc - 32) per half block.
+STREAMLLM_AVX2 inline void unpack_q3k(const quant::BlockQ3K& blk, std::int8_t* q, std::byte* scales, std::size_t sb) {
+  alignas(16) std::int8_t sc[16];
+  _mm_store_si128(reinterpret_cast<__m128i*>(sc), q3k_scales_i8(blk.scales));
+  const float d = _cvtsh_ss(blk.d);
+  const __m256i hmask = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.hmask));
+  for (int j = 0; j < 8; ++j) {
+    const std::size_t b = 8 * sb + static_cast<std::size_t>(j);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b), q3k_unsigned_quants(blk, hmask, j));
+    const float half[2] = {d * static_cast<float>(sc[2 * j]), d * static_cast<float>(sc[2 * j + 1])};
+    std::memcpy(scales + 8 * b, half, 8);
+  }
+}
+
+// Super-block sb of a Q2_K row as Int8Q2K lays it out: the quants (0..3),
+// d (sc & 15) and -dmin (sc >> 4) per half block.
+STREAMLLM_AVX2 inline void unpack_q2k(const quant::BlockQ2K& blk, std::int8_t* q, std::byte* scales, std::byte* mins,
+                                      std::size_t sb) {
+  const float d = _cvtsh_ss(blk.d), dmin = _cvtsh_ss(blk.dmin);
+  for (int j = 0; j < 8; ++j) {
+    const std::size_t b = 8 * sb + static_cast<std::size_t>(j);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b), low2_bits(blk.qs, j));
+    for (std::size_t h = 0; h < 2; ++h) {
+      const std::uint8_t sc = blk.scales[2 * j + static_cast<int>(h)];
+      const float scale = d * static_cast<float>(sc & 0xF), min = -dmin * static_cast<float>(sc >> 4);
+      std::memcpy(scales + 4 * (2 * b + h), &scale, 4);
+      std::memcpy(mins + 4 * (2 * b + h), &min, 4);
+    }
+  }
+}
+
 // Blocks [0, nb) of a row of Row's type (int8_blocks.hpp: Q4_0, Q4_1, Q5_0,
 // Q5_1) as Int8Blocks or (with m, kMin) Int8Q4K lays them out: the unsigned
 // quants, d and m per block.
@@ -202,11 +248,12 @@ STREAMLLM_AVX2 inline void unpack_unsigned_blocks(const std::byte* src, std::siz
   }
 }
 
-// Rows of Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K weights unpacked a block
-// at a time into Format's layout: Q4_0 and Q5_0 as Int8Blocks, Q4_1, Q5_1,
-// Q4_K and Q5_K as Int8Q4K, Q6_K as Int8Q6K, each quant as the unsigned byte
-// it is stored as (the micro-kernel takes the offset back); the layout's
-// corrections are not used here.
+// Rows of Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q3_K or Q2_K weights
+// unpacked a block at a time into Format's layout: Q4_0 and Q5_0 as
+// Int8Blocks, Q4_1, Q5_1, Q4_K and Q5_K as Int8Q4K, Q6_K and Q3_K as
+// Int8Q6K, Q2_K as Int8Q2K, each quant as the unsigned byte it is stored as
+// (the micro-kernel takes the offset back); the layout's corrections are
+// not used here.
 template <class Format>
 struct Int8Rows {
   const TensorView* w;
@@ -216,8 +263,9 @@ struct Int8Rows {
     const DType type = w->type;
     const bool kquant = is_kquant(type);
     const bool affine = type == DType::Q4_K || type == DType::Q5_K || type == DType::Q4_1 || type == DType::Q5_1;
-    const bool fits = affine                ? std::is_same_v<Format, Int8Q4K>
-                      : type == DType::Q6_K ? std::is_same_v<Format, Int8Q6K>
+    const bool fits = affine                                       ? std::is_same_v<Format, Int8Q4K>
+                      : type == DType::Q6_K || type == DType::Q3_K ? std::is_same_v<Format, Int8Q6K>
+                      : type == DType::Q2_K                        ? std::is_same_v<Format, Int8Q2K>
                                             : (type == DType::Q4_0 || type == DType::Q5_0) && std::is_same_v<Format, Int8Blocks>;
     if (!fits || kc % 32 != 0 || (kquant && (k0 % 256 != 0 || kc % 256 != 0)))
       throw Error("avx2::Int8Rows: " + std::string(dtype_name(type)) + " rows at columns [" + std::to_string(k0) + ", " +
@@ -243,6 +291,10 @@ struct Int8Rows {
           unpack_affine_k(reinterpret_cast<const quant::BlockQ4K*>(src)[sb], u, q, scales, mins, sb);
         else if (type == DType::Q5_K)
           unpack_affine_k(reinterpret_cast<const quant::BlockQ5K*>(src)[sb], u, q, scales, mins, sb);
+        else if (type == DType::Q3_K)
+          unpack_q3k(reinterpret_cast<const quant::BlockQ3K*>(src)[sb], q, scales, sb);
+        else if (type == DType::Q2_K)
+          unpack_q2k(reinterpret_cast<const quant::BlockQ2K*>(src)[sb], q, scales, mins, sb);
         else {
           const auto& blk = reinterpret_cast<const quant::BlockQ6K*>(src)[sb];
           q6k_quants(blk, u);

@@ -24,6 +24,14 @@ STREAMLLM_AVX2 inline __m256i low2_bits(const std::uint8_t* qs, int j) {
   return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * (j % 4))), _mm256_set1_epi8(3));
 }
 
+// Vector j of a Q3_K block's quants as stored, q + 4 (0..7): bit j of
+// hmask[l] is element 32j + l's third bit, and 16-bit shifts of up to 7
+// leave each byte's bit j at its bit 0.
+STREAMLLM_AVX2 inline __m256i q3k_unsigned_quants(const quant::BlockQ3K& b, __m256i hmask, int j) {
+  const __m256i high = _mm256_and_si256(_mm256_srl_epi16(hmask, _mm_cvtsi32_si128(j)), _mm256_set1_epi8(1));
+  return _mm256_add_epi8(low2_bits(b.qs, j), _mm256_slli_epi16(high, 2));
+}
+
 // quant::q3k_scales less 32, as sixteen int8: scale j is the nibble of
 // byte j % 8 (low for j < 8, high after) and, above it, bits 2(j / 4) of
 // byte 8 + j % 4. (One at a time, the scales cost more than the products.)
@@ -78,13 +86,11 @@ template <int NT>
 STREAMLLM_AVX2 inline void q3k_super_block(const quant::BlockQ3K& b, const QuantizedActivations::Slice& xa, std::size_t sb,
                                            __m256 (&acc)[NT]) {
   const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
-  const __m256i hmask = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask)), one = _mm256_set1_epi8(1);
+  const __m256i hmask = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask));
   __m256i q[8], q_abs[8], scales16[8];
   sub_block_scales16(q3k_scales_i8(b.scales), scales16);
   for (int j = 0; j < 8; ++j) {
-    // bit j of hmask[l] is element 32j + l's third bit; 16-bit shifts of up to 7 leave each byte's bit j at its bit 0
-    const __m256i high = _mm256_and_si256(_mm256_srl_epi16(hmask, _mm_cvtsi32_si128(j)), one);
-    q[j] = _mm256_sub_epi8(_mm256_add_epi8(low2_bits(b.qs, j), _mm256_slli_epi16(high, 2)), _mm256_set1_epi8(4));  // -4..3
+    q[j] = _mm256_sub_epi8(q3k_unsigned_quants(b, hmask, j), _mm256_set1_epi8(4));  // -4..3
     q_abs[j] = _mm256_sign_epi8(q[j], q[j]);
   }
   for (int t = 0; t < NT; ++t) {

@@ -3,9 +3,9 @@
 //
 // Decode: F16 and BF16 widened to f32; the blocks of 32 and the K-quants
 // against int8 activations (vpmaddubsw). Prefill: the int8 tiles for all of
-// them but F16, BF16 and Q8_0 (whose pair sums would saturate, int8_tiles.hpp),
-// which take the f32 tiles over rows converted by the AVX2 converters; F32
-// takes the portable row.
+// them but F16, BF16, Q8_0, IQ4_NL and IQ4_XS (whose pair sums would
+// saturate, int8_tiles.hpp), which take the f32 tiles over rows converted
+// by the AVX2 converters; F32 takes the portable row.
 //
 // The tiles work in groups of 16 tokens and a group costs much of its price
 // however few of its tokens are real (the f32 tiles convert every weight of
@@ -129,11 +129,8 @@ inline constexpr MatmulKernel kRows[] = {
     int8_tile_row<Int8Q4K, 8, 0>(DType::Q4_K, decode_kquant, portable::decode_kquant),
     int8_tile_row<Int8Q4K, 4, 0>(DType::Q5_K, decode_kquant, portable::decode_kquant),
     int8_tile_row<Int8Q6K, 2, 32>(DType::Q6_K, decode_kquant, portable::decode_kquant),
-    // Q2_K and Q3_K on the f32 tiles for now (no int8 tile format of blocks of 16 with mins yet).
-    float_tile_row(DType::Q2_K, decode_kquant, portable::decode_low_bit_kquant, ActivationLayout::Int8Blocks,
-                   portable::quantize_tokens),
-    float_tile_row(DType::Q3_K, decode_kquant, portable::decode_low_bit_kquant, ActivationLayout::Int8Blocks,
-                   portable::quantize_tokens),
+    int8_tile_row<Int8Q2K, 4, 0>(DType::Q2_K, decode_kquant, portable::decode_low_bit_kquant),
+    int8_tile_row<Int8Q6K, 4, 4>(DType::Q3_K, decode_kquant, portable::decode_low_bit_kquant),
     // Levels of up to 127 either way would saturate the int8 tiles' pair sums, as Q8_0's would.
     float_tile_row(DType::IQ4_NL, decode_blocks<IQ4NLRow>, portable::decode_iq4, ActivationLayout::Int8Blocks,
                    portable::quantize_tokens),
