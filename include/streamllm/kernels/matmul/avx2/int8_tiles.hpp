@@ -261,13 +261,13 @@ struct Int8Rows {
                                                                 AlignedVector<std::byte>& scratch) const {
     const std::size_t ld = Format::row_bytes(kc), nb = kc / 32;
     const DType type = w->type;
-    const bool kquant = is_kquant(type);
+    const bool super_blocks = traits(type).block_elems == 256;  // the K-quants, Q2_K and Q3_K among them
     const bool affine = type == DType::Q4_K || type == DType::Q5_K || type == DType::Q4_1 || type == DType::Q5_1;
     const bool fits = affine                                       ? std::is_same_v<Format, Int8Q4K>
                       : type == DType::Q6_K || type == DType::Q3_K ? std::is_same_v<Format, Int8Q6K>
                       : type == DType::Q2_K                        ? std::is_same_v<Format, Int8Q2K>
                                             : (type == DType::Q4_0 || type == DType::Q5_0) && std::is_same_v<Format, Int8Blocks>;
-    if (!fits || kc % 32 != 0 || (kquant && (k0 % 256 != 0 || kc % 256 != 0)))
+    if (!fits || kc % 32 != 0 || (super_blocks && (k0 % 256 != 0 || kc % 256 != 0)))
       throw Error("avx2::Int8Rows: " + std::string(dtype_name(type)) + " rows at columns [" + std::to_string(k0) + ", " +
                   std::to_string(k0 + kc) + ") do not fit this tile format");
     std::byte* out = grow(scratch, rows * ld);
