@@ -103,7 +103,7 @@ void register_all() {
         ->Unit(benchmark::kMicrosecond);
     if (!is_kquant(t))
       benchmark::RegisterBenchmark(("GemvTokens/" + name).c_str(), [t](benchmark::State& s) { gemv_tokens(s, t); })
-          ->ArgsProduct({{1, 2}, {65536, 5632, 256}, {1, 2, 4, 8, 16}})
+          ->ArgsProduct({{1, 2}, {65536, 5632, 256}, {1, 2, 4, 8, 16, 24, 28, 32, 38}})
           ->ArgNames({"threads", "rows", "tokens"})
           ->UseRealTime()
           ->Unit(benchmark::kMicrosecond);

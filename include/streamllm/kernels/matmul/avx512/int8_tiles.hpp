@@ -29,6 +29,7 @@
 #include "streamllm/kernels/matmul/avx512/nonlinear_blocks.hpp"
 #include "streamllm/kernels/matmul/avx512/unsigned_blocks.hpp"
 #include "streamllm/kernels/matmul/int8_tile_format.hpp"
+#include "streamllm/kernels/matmul/prefetch_rows.hpp"
 #include "streamllm/kernels/runtime/avx512_warnings.hpp"
 
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
@@ -110,7 +111,7 @@ STREAMLLM_AVX512 inline void gemm_int8_micro(const std::byte* w, std::size_t ldw
     const __m512 dx0 = _mm512_load_ps(reinterpret_cast<const float*>(xb + kInt8QuadBytes));
     const __m512 dx1 = _mm512_load_ps(reinterpret_cast<const float*>(xb + kInt8QuadBytes + 64));
     for (std::size_t h = 0; h < kSplit; ++h) {
-      const std::size_t s = b * kSplit + h;  // the scale's index in the row
+      const std::size_t s = Format::scale_index(b, h);
       __m512i s0[MR], s1[MR];
       for (std::size_t i = 0; i < MR; ++i) {
         std::int32_t corr;
@@ -121,7 +122,7 @@ STREAMLLM_AVX512 inline void gemm_int8_micro(const std::byte* w, std::size_t ldw
         const __m512i x0 = _mm512_load_si512(xb + j * 128), x1 = _mm512_load_si512(xb + j * 128 + 64);
         for (std::size_t i = 0; i < MR; ++i) {
           std::int32_t quad;
-          std::memcpy(&quad, w + i * ldw + 32 * b + 4 * j, 4);
+          std::memcpy(&quad, w + i * ldw + Format::quad_at(b, j), 4);
           const __m512i wb = _mm512_set1_epi32(quad);
           s0[i] = _mm512_dpbusd_epi32(s0[i], x0, wb);
           s1[i] = _mm512_dpbusd_epi32(s1[i], x1, wb);
@@ -449,6 +450,7 @@ struct Int8Rows {
         case DType::IQ4_XS: unpack_kquants(type, src, kc, q, scales, corrections, mins); break;
         default: unpack_blocks32(type, quant::is_interleaved(w->type), src, nb, q, scales, corrections); break;
       }
+      prefetch_next_slice(*w, r0 + i, rows, k0 + kc, kc);
     }
     return {out, ld};
   }

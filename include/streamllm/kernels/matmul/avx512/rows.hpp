@@ -5,10 +5,11 @@
 // they are, up to 16 tokens in passes of 8; every quantised type against
 // int8 activations (vpdpbusd), Q8_0 and Q4_0 up to 16 tokens in 16-block
 // groups (their rows repacked at load, quant/interleaved.hpp; IQ4_NL read
-// as Q4_0 with looked-up quants), and up to 48 in passes of 16, the others
-// up to 4. Prefill: the int8 tiles (32 tokens a group; a rest after whole
-// groups that the decode kernel takes at once goes to it) for every
-// quantised type but Q2_K (f32 tiles); BF16 on the bf16
+// as Q4_0 with looked-up quants), and up to 27 (the model's interleaved
+// rows) or 48 in passes of 16, the others up to 4. Prefill: the int8 tiles
+// (32 tokens a group; a rest after whole groups that the decode kernel takes
+// at once goes to it; interleaved rows unpacked in their groups' order) for
+// every quantised type but Q2_K (f32 tiles); BF16 on the bf16
 // tiles where vdpbf16ps is full rate (bf16_tiles(): AMD), elsewhere (Intel)
 // with F32 and F16 on the f32 tiles, rows widened a block at a time.
 #pragma once
@@ -23,6 +24,7 @@
 #include "streamllm/kernels/matmul/avx512/activations.hpp"
 #include "streamllm/kernels/matmul/avx512/float_rows.hpp"
 #include "streamllm/kernels/matmul/avx512/float_tiles.hpp"
+#include "streamllm/kernels/matmul/avx512/group_tiles.hpp"
 #include "streamllm/kernels/matmul/avx512/int8_blocks.hpp"
 #include "streamllm/kernels/matmul/avx512/int8_tiles.hpp"
 #include "streamllm/kernels/matmul/avx512/kquants.hpp"
@@ -37,17 +39,21 @@ namespace streamllm::kernels::avx512 {
 
 // Float rows up to 8 tokens at once, and up to 16 in passes of 8 over rows
 // the first pass left in L2; BF16's tiles are the faster from 9 tokens where
-// it takes them. Q8_0 / Q4_0 groups up to 16 tokens, and up to 48 in passes
-// of 16: the tiles unpack every weight (a 1.1B model: ~100 ms on a Zen 5,
-// as long as 32 tokens of their arithmetic), the groups read them as they
-// are, compute-bound from 8 tokens on, so a pass more costs little more
-// than its arithmetic (TinyLlama Q8_0 after 1024 tokens, 2 threads:
-// 38 tokens 177-184 ms against 248-250 on the tiles, 64 tokens 290-296
-// against 284-285; bench_types Turn).
+// it takes them. Q8_0 / Q4_0 groups up to 16 tokens, and more in passes of
+// 16 up to a limit: the tiles unpack every weight block before use, which
+// few tokens do not repay, while the groups' decode kernel reads the weights
+// as they are, compute-bound from 8 tokens on, so a pass more costs little
+// more than its arithmetic. The interleaved rows (the model's) unpack in
+// their own order (group_tiles.hpp), cheaply enough that from 28 tokens the
+// tiles are the faster (GemvTokens Q8_0x16 65536 x 2048, Zen 5, 2 threads:
+// 24 tokens 12.2 ms on the tiles against ~11 in passes, 28 tokens 12.2 against
+// 12.6, 32 tokens 12.3 against 14.3-14.5); rows in the file's layout (which
+// the model does not keep) unpack with a transpose, and take passes up to 48.
 inline constexpr std::size_t kFloatDecodeTokens = 16;
 inline constexpr std::size_t kBf16TileDecodeTokens = 8;
 inline constexpr std::size_t kGroupDecodeTokens = 16;
 inline constexpr std::size_t kGroupPassTokens = 48;
+inline constexpr std::size_t kInterleavedPassTokens = 27;
 
 template <class Row>
 inline void decode_widened(const TensorView& w, std::size_t r0, std::size_t r1, const DecodeInput& in, std::size_t n, float* y,
@@ -129,6 +135,15 @@ inline void prefill_int8(const TensorView& w, const float* x, std::size_t n, std
   prefill_int8_packed<Format>(w, pack_int8_tokens(x, ldx, n, static_cast<std::size_t>(w.cols)), n, y, ldy);
 }
 
+// Interleaved rows on the tiles, each group unpacked in its own order.
+inline void prefill_int8_groups_packed(const TensorView& w, const void* packed, std::size_t n, float* y, std::size_t ldy) {
+  gemm_packed<GemmInt8Groups>(Int8GroupRows{&w}, static_cast<std::size_t>(w.rows), static_cast<std::size_t>(w.cols),
+                              static_cast<const std::uint8_t*>(packed), n, y, ldy);
+}
+inline void prefill_int8_groups(const TensorView& w, const float* x, std::size_t n, std::size_t ldx, float* y, std::size_t ldy) {
+  prefill_int8_groups_packed(w, pack_int8_tokens(x, ldx, n, static_cast<std::size_t>(w.cols)), n, y, ldy);
+}
+
 // Q8_0 / Q4_0 rows to their 16-block groups (quant/interleaved.hpp).
 inline void repack_groups(const TensorView& from, std::byte* to) {
   const auto stride = static_cast<std::size_t>(from.row_stride);
@@ -183,6 +198,16 @@ constexpr MatmulKernel group_row(DType t, DecodeRowsFn twin, ActivationLayout ac
   return row;
 }
 
+// Q8_0x16 or Q4_0x16: the groups' decode kernel, and tiles that unpack them in their own order.
+template <class Row>
+constexpr MatmulKernel interleaved_row(DType t, DecodeRowsFn twin, ActivationLayout activations) {
+  MatmulKernel row = group_row<Row>(t, twin, activations);
+  row.prefill = prefill_int8_groups;
+  row.prefill_packed = prefill_int8_groups_packed;
+  row.pass_tokens = kInterleavedPassTokens;
+  return row;
+}
+
 inline constexpr MatmulKernel kRows[] = {
     float_row(DType::F32, decode_widened<F32Row>),
     float_row(DType::F16, decode_widened<F16Row>),
@@ -197,8 +222,8 @@ inline constexpr MatmulKernel kRows[] = {
     float_row(DType::BF16, decode_widened<BF16Row>),
     group_row<Q8_0Row>(DType::Q8_0, portable::decode_q8_0, ActivationLayout::Int8GroupsQ8_0, DType::Q8_0x16),
     group_row<Q4_0Row>(DType::Q4_0, portable::decode_q4_0, ActivationLayout::Int8GroupsQ4_0, DType::Q4_0x16),
-    group_row<Q8_0x16Row>(DType::Q8_0x16, portable::decode_q8_0, ActivationLayout::Int8GroupsQ8_0),
-    group_row<Q4_0x16Row>(DType::Q4_0x16, portable::decode_q4_0, ActivationLayout::Int8GroupsQ4_0),
+    interleaved_row<Q8_0x16Row>(DType::Q8_0x16, portable::decode_q8_0, ActivationLayout::Int8GroupsQ8_0),
+    interleaved_row<Q4_0x16Row>(DType::Q4_0x16, portable::decode_q4_0, ActivationLayout::Int8GroupsQ4_0),
     int8_row<Int8Blocks>(DType::Q5_0, decode_unsigned_blocks<quant::BlockQ5_0>, portable::decode_unsigned_blocks),
     int8_row<Int8Q4K>(DType::Q4_1, decode_unsigned_blocks<quant::BlockQ4_1>, portable::decode_unsigned_blocks),
     int8_row<Int8Q4K>(DType::Q5_1, decode_unsigned_blocks<quant::BlockQ5_1>, portable::decode_unsigned_blocks),
