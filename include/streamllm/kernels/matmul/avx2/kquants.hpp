@@ -123,6 +123,7 @@ template <int NT>
 STREAMLLM_AVX2 inline void gemv_kquant_rows(DType type, std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
                                             const QuantizedActivations::Slice& xa, float* y, std::size_t ldy) {
   const std::size_t super_blocks = xa.cols() / 256;
+  const std::int16_t* sums16 = type == DType::Q2_K || type == DType::Q3_K ? quant_sums16(xa, NT) : nullptr;
   for (std::size_t r = r0; r < r1; ++r) {
     __m256 acc[NT];
     for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
@@ -131,8 +132,8 @@ STREAMLLM_AVX2 inline void gemv_kquant_rows(DType type, std::size_t r0, std::siz
       switch (type) {
         case DType::Q4_K: q4k_super_block<NT>(reinterpret_cast<const quant::BlockQ4K*>(row)[sb], xa, sb, acc); break;
         case DType::Q5_K: q4k_super_block<NT>(reinterpret_cast<const quant::BlockQ5K*>(row)[sb], xa, sb, acc); break;
-        case DType::Q2_K: q2k_super_block<NT>(reinterpret_cast<const quant::BlockQ2K*>(row)[sb], xa, sb, acc); break;
-        case DType::Q3_K: q3k_super_block<NT>(reinterpret_cast<const quant::BlockQ3K*>(row)[sb], xa, sb, acc); break;
+        case DType::Q2_K: q2k_super_block<NT>(reinterpret_cast<const quant::BlockQ2K*>(row)[sb], xa, sb, sums16, acc); break;
+        case DType::Q3_K: q3k_super_block<NT>(reinterpret_cast<const quant::BlockQ3K*>(row)[sb], xa, sb, sums16, acc); break;
         case DType::IQ4_XS: iq4xs_super_block<NT>(reinterpret_cast<const quant::BlockIQ4XS*>(row)[sb], xa, sb, acc); break;
         default: q6k_super_block<NT>(reinterpret_cast<const quant::BlockQ6K*>(row)[sb], xa, sb, acc); break;
       }

@@ -4,12 +4,16 @@
 // activations, and vpmaddwd by a vector holding each half's scale (int16)
 // adds the pairs scaled. A super-block's eight sums are reduced together
 // (lane j: activation block j) and scaled by d dx at once, as the Q4_K
-// kernel does. Q2_K's mins: one more vpmaddubsw of the mins (as bytes, one
-// per half) with the activations, times dmin dx. Q3_K's quants, -4..3, take
-// Q8_0's sign trick.
+// kernel does. Q2_K's mins: one vpmaddwd of the sixteen mins with the
+// token's sums per 16 (computed once per call), times dmin dx; taken from the
+// activations per row instead (a vpmaddubsw per vector) they doubled the
+// work. Q3_K's offset of 4 is taken off the same way, its scales times 4
+// times the sums (the sign trick Q8_0 takes cost 16 more operations per
+// super-block and token).
 #pragma once
 
 #include <cstring>
+#include <vector>
 
 #include "streamllm/kernels/matmul/avx2/isa.hpp"
 
@@ -52,53 +56,77 @@ STREAMLLM_AVX2 inline __m128i q3k_scales_i8(const std::uint8_t* packed) {
   return _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(high, 4)), _mm_set1_epi8(32));
 }
 
-template <int NT>
-STREAMLLM_AVX2 inline void q2k_super_block(const quant::BlockQ2K& b, const QuantizedActivations::Slice& xa, std::size_t sb,
-                                           __m256 (&acc)[NT]) {
-  const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d)), dmin = _mm256_set1_ps(_cvtsh_ss(b.dmin));
-  const __m256i ones = _mm256_set1_epi16(1);
-  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)), m4 = _mm_set1_epi8(0xF);
-  const __m256i min_bytes = _mm256_broadcastsi128_si256(_mm_and_si128(_mm_srli_epi16(packed, 4), m4));
-  __m256i q[8], scales16[8], mins8[8];
-  sub_block_scales16(_mm_and_si128(packed, m4), scales16);
-  for (int j = 0; j < 8; ++j) {
-    q[j] = low2_bits(b.qs, j);
-    // sub-block 2j's min in the low half, 2j + 1's in the high one
-    mins8[j] = _mm256_shuffle_epi8(
-        min_bytes, _mm256_set_m128i(_mm_set1_epi8(static_cast<char>(2 * j + 1)), _mm_set1_epi8(static_cast<char>(2 * j))));
-  }
-  for (int t = 0; t < NT; ++t) {
-    const auto tt = static_cast<std::size_t>(t);
-    const std::int8_t* xq = xa.q_row(tt) + 256 * sb;
-    __m256i dots[8], mins[8];
-    for (int j = 0; j < 8; ++j) {
-      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * j));
-      dots[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(q[j], x), scales16[j]);
-      mins[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(mins8[j], x), ones);
+// Each token's sums of its quants in runs of 16, for Q2_K's mins and Q3_K's
+// offset: tokens
+// [0, nt) of xa, sums[t][k / 16]. Once per call, not once per row.
+STREAMLLM_AVX2 inline const std::int16_t* quant_sums16(const QuantizedActivations::Slice& xa, std::size_t nt) {
+  static thread_local std::vector<std::int16_t> sums;
+  const std::size_t runs = xa.cols() / 16;
+  sums.resize(nt * runs);
+  for (std::size_t t = 0; t < nt; ++t) {
+    const std::int8_t* q = xa.q_row(t);
+    for (std::size_t i = 0; i < runs; ++i) {
+      // vpsadbw sums unsigned bytes: flip the signs (+128 each), take 16 x 128 back
+      const __m128i v = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * i)), _mm_set1_epi8(-128));
+      const __m128i s = _mm_sad_epu8(v, _mm_setzero_si128());
+      sums[t * runs + i] = static_cast<std::int16_t>(_mm_cvtsi128_si32(s) + _mm_extract_epi16(s, 4) - 16 * 128);
     }
-    const __m256 dx = _mm256_loadu_ps(xa.d_row(tt) + 8 * sb);
-    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8(dots)), _mm256_mul_ps(d, dx), acc[t]);
-    acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(reduce8(mins)), _mm256_mul_ps(dmin, dx), acc[t]);
   }
+  return sums.data();
 }
 
+// Super-block sb of a Q2_K row against NT tokens; sums16: quant_sums16's.
+// The mins (sixteen of 4 bits) multiply the tokens' sums per 16 in one
+// vpmaddwd, lane i holding block i's pair.
 template <int NT>
-STREAMLLM_AVX2 inline void q3k_super_block(const quant::BlockQ3K& b, const QuantizedActivations::Slice& xa, std::size_t sb,
-                                           __m256 (&acc)[NT]) {
-  const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
-  const __m256i hmask = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask));
-  __m256i q[8], q_abs[8], scales16[8];
-  sub_block_scales16(q3k_scales_i8(b.scales), scales16);
-  for (int j = 0; j < 8; ++j) {
-    q[j] = _mm256_sub_epi8(q3k_unsigned_quants(b, hmask, j), _mm256_set1_epi8(4));  // -4..3
-    q_abs[j] = _mm256_sign_epi8(q[j], q[j]);
-  }
+STREAMLLM_AVX2 inline void q2k_super_block(const quant::BlockQ2K& b, const QuantizedActivations::Slice& xa, std::size_t sb,
+                                           const std::int16_t* sums16, __m256 (&acc)[NT]) {
+  const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d)), dmin = _mm256_set1_ps(_cvtsh_ss(b.dmin));
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)), m4 = _mm_set1_epi8(0xF);
+  const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), m4));
+  const std::size_t runs = xa.cols() / 16;
+  __m256i q[8], scales16[8];
+  sub_block_scales16(_mm_and_si128(packed, m4), scales16);
+  for (int j = 0; j < 8; ++j) q[j] = low2_bits(b.qs, j);
   for (int t = 0; t < NT; ++t) {
     const auto tt = static_cast<std::size_t>(t);
     const std::int8_t* xq = xa.q_row(tt) + 256 * sb;
     __m256i dots[8];
-    for (int j = 0; j < 8; ++j) dots[j] = kquant_dot(q_abs[j], q[j], xq + 32 * j, scales16[j], true);
-    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8(dots)), _mm256_mul_ps(d, _mm256_loadu_ps(xa.d_row(tt) + 8 * sb)), acc[t]);
+    for (int j = 0; j < 8; ++j)
+      dots[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(q[j], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * j))),
+                                  scales16[j]);
+    const __m256i mins =
+        _mm256_madd_epi16(mins16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums16 + tt * runs + 16 * sb)));
+    const __m256 dx = _mm256_loadu_ps(xa.d_row(tt) + 8 * sb);
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8(dots)), _mm256_mul_ps(d, dx), acc[t]);
+    acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(dmin, dx), acc[t]);
+  }
+}
+
+// Super-block sb of a Q3_K row against NT tokens; sums16: quant_sums16's.
+// The quants as stored, q + 4 (0..7), are vpmaddubsw's unsigned operand as
+// they are; the 4 x scale x sum of each sub-block of 16 comes off after, in
+// one vpmaddwd of the scales with the token's sums per 16.
+template <int NT>
+STREAMLLM_AVX2 inline void q3k_super_block(const quant::BlockQ3K& b, const QuantizedActivations::Slice& xa, std::size_t sb,
+                                           const std::int16_t* sums16, __m256 (&acc)[NT]) {
+  const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
+  const __m256i hmask = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask));
+  const __m128i scales = q3k_scales_i8(b.scales);
+  const __m256i scales_x4 = _mm256_slli_epi16(_mm256_cvtepi8_epi16(scales), 2);
+  const std::size_t runs = xa.cols() / 16;
+  __m256i q[8], scales16[8];
+  sub_block_scales16(scales, scales16);
+  for (int j = 0; j < 8; ++j) q[j] = q3k_unsigned_quants(b, hmask, j);
+  for (int t = 0; t < NT; ++t) {
+    const auto tt = static_cast<std::size_t>(t);
+    const std::int8_t* xq = xa.q_row(tt) + 256 * sb;
+    __m256i dots[8];
+    for (int j = 0; j < 8; ++j) dots[j] = kquant_dot(q[j], q[j], xq + 32 * j, scales16[j], false);
+    const __m256i offsets =
+        _mm256_madd_epi16(scales_x4, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums16 + tt * runs + 16 * sb)));
+    const __m256i isum = _mm256_sub_epi32(reduce8(dots), offsets);
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, _mm256_loadu_ps(xa.d_row(tt) + 8 * sb)), acc[t]);
   }
 }
 
