@@ -75,7 +75,7 @@ struct Int8GroupRows {
       if (group)
         unpack_group_lanes(base, src, q, o + Int8Groups::scales_at(kc), o + Int8Groups::corrections_at(kc));
       else
-        unpack_blocks32(base, false, src, kc / 32, q, o + Int8Blocks::scales_at(kc), o + Int8Blocks::corrections_at(kc));
+        unpack_blocks32(base, src, kc / 32, q, o + Int8Blocks::scales_at(kc), o + Int8Blocks::corrections_at(kc));
       prefetch_next_slice(*w, r0 + i, rows, k0 + kc, kGroupCols);
     }
     return {out, ld};

@@ -207,29 +207,6 @@ STREAMLLM_AVX512 inline std::int32_t sum_i8x32(__m256i v) {
   return static_cast<std::int32_t>(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - 32 * 128;
 }
 
-// 16 interleaved blocks (quant/interleaved.hpp) to signed bytes in element
-// order, their scales and their corrections, as Int8Rows lays them out.
-STREAMLLM_AVX512 inline void unpack_group(DType base, const std::byte* group, std::int8_t* q, std::byte* scales,
-                                          std::byte* corrections) {
-  __m512i v[8];
-  const __m512 dw = base == DType::Q8_0 ? Q8_0x16Row::load_group16(reinterpret_cast<const quant::BlockQ8_0*>(group), v)
-                                        : Q4_0x16Row::load_group16(reinterpret_cast<const quant::BlockQ4_0*>(group), v);
-  transpose_blocks16(v);  // vector i: blocks 2i and 2i + 1, unsigned
-  alignas(64) float d[16];
-  _mm512_store_ps(d, dw);
-  const __m512i offset = _mm512_set1_epi8(base == DType::Q8_0 ? static_cast<char>(0x80) : 8);
-  for (std::size_t i = 0; i < 8; ++i) {
-    const __m512i s = _mm512_sub_epi8(v[i], offset);
-    _mm512_storeu_si512(q + 64 * i, s);
-    for (std::size_t h = 0; h < 2; ++h) {
-      const std::size_t b = 2 * i + h;
-      const std::int32_t corr = -128 * sum_i8x32(h ? _mm512_extracti64x4_epi64(s, 1) : _mm512_castsi512_si256(s));
-      std::memcpy(scales + 4 * b, &d[quant::block_group_lane(b)], 4);
-      std::memcpy(corrections + 4 * b, &corr, 4);
-    }
-  }
-}
-
 // Sums of v's unsigned bytes in runs of 16: four per vector.
 STREAMLLM_AVX512 inline void byte_sums16(__m512i v, std::int32_t out[4]) {
   alignas(64) std::uint64_t s[8];
@@ -329,14 +306,12 @@ STREAMLLM_AVX512 inline void unpack_unsigned_blocks(const std::byte* src, std::s
   }
 }
 
-// Blocks [0, nb) of a Q8_0, Q4_0 or IQ4_NL row (`interleaved`: in 16-block groups)
-// as Int8Blocks: signed quants, each block's scale and -128 x its sum.
-STREAMLLM_AVX512 inline void unpack_blocks32(DType type, bool interleaved, const std::byte* src, std::size_t nb, std::int8_t* q,
-                                             std::byte* scales, std::byte* corrections) {
-  std::size_t b = 0;
-  for (; interleaved && b + quant::kGroupBlocks <= nb; b += quant::kGroupBlocks)
-    unpack_group(type, src + row_bytes(type, static_cast<std::int64_t>(32 * b)), q + 32 * b, scales + 4 * b, corrections + 4 * b);
-  for (; b < nb; ++b) {
+// Blocks [0, nb) of a Q8_0, Q4_0 or IQ4_NL row (or the blocks past an
+// interleaved row's last group) as Int8Blocks: signed quants, each block's
+// scale and -128 x its sum.
+STREAMLLM_AVX512 inline void unpack_blocks32(DType type, const std::byte* src, std::size_t nb, std::int8_t* q, std::byte* scales,
+                                             std::byte* corrections) {
+  for (std::size_t b = 0; b < nb; ++b) {
     std::uint16_t dh;
     __m256i v;
     if (type == DType::Q8_0) {
@@ -397,29 +372,22 @@ STREAMLLM_AVX512 inline void unpack_kquants(DType type, const std::byte* src, st
 }
 
 // Rows of quantised weights unpacked a block at a time into Format's layout
-// (the int8 tiles): Q8_0, Q4_0, their interleaved rows, Q5_0, IQ4_NL and
-// IQ4_XS as Int8Blocks, Q4_1, Q5_1, Q4_K and Q5_K as Int8Q4K, Q6_K and Q3_K
+// (the int8 tiles): Q8_0, Q4_0, Q5_0, IQ4_NL and IQ4_XS as Int8Blocks (the
+// interleaved rows have tiles of their own: group_tiles.hpp), Q4_1, Q5_1, Q4_K and Q5_K as Int8Q4K, Q6_K and Q3_K
 // as Int8Q6K. (Q2_K's mins per 16 fit none: it takes the f32 tiles.)
 template <class Format>
 struct Int8Rows {
   const TensorView* w;
 
   // Whether columns [k0, k0 + kc) of these rows unpack into Format: the
-  // type's format, whole super-blocks for the K-quants, and for interleaved
-  // rows whole groups (the driver's slices of k start on them: kKc is one
-  // group), but for the row's end.
+  // type's format (not an interleaved one), whole super-blocks for the K-quants.
   void check_slice(std::size_t k0, std::size_t kc) const {
-    const DType type = quant::base_type(w->type);
-    constexpr std::size_t kGroupCols = 32 * quant::kGroupBlocks;
-    if (quant::is_interleaved(w->type) &&
-        (k0 % kGroupCols != 0 || (kc % kGroupCols != 0 && k0 + kc != static_cast<std::size_t>(w->cols))))
-      throw Error("Int8Rows: an interleaved row sliced at columns [" + std::to_string(k0) + ", " + std::to_string(k0 + kc) +
-                  "), not on its groups");
+    const DType type = w->type;
     const bool affine = type == DType::Q4_K || type == DType::Q5_K || type == DType::Q4_1 || type == DType::Q5_1;
-    const bool fits = affine                                       ? std::is_same_v<Format, Int8Q4K>
-                      : type == DType::Q6_K || type == DType::Q3_K ? std::is_same_v<Format, Int8Q6K>
-                      : type == DType::Q2_K                        ? false
-                                                                   : std::is_same_v<Format, Int8Blocks>;
+    const bool fits = affine                                               ? std::is_same_v<Format, Int8Q4K>
+                      : type == DType::Q6_K || type == DType::Q3_K         ? std::is_same_v<Format, Int8Q6K>
+                      : type == DType::Q2_K || quant::is_interleaved(type) ? false
+                                                                           : std::is_same_v<Format, Int8Blocks>;
     const bool super_blocks = traits(type).block_elems == 256;
     if (!fits || (super_blocks && (k0 % 256 != 0 || kc % 256 != 0)))
       throw Error("Int8Rows: " + std::string(dtype_name(w->type)) + " rows at columns [" + std::to_string(k0) + ", " +
@@ -430,7 +398,7 @@ struct Int8Rows {
                                                                   std::size_t kc, AlignedVector<std::byte>& scratch) const {
     check_slice(k0, kc);
     const std::size_t ld = Format::row_bytes(kc), nb = kc / 32;
-    const DType type = quant::base_type(w->type);
+    const DType type = w->type;  // not interleaved: check_slice
     std::byte* out = grow(scratch, rows * ld);
     for (std::size_t i = 0; i < rows; ++i) {
       std::byte* o = out + i * ld;
@@ -448,7 +416,7 @@ struct Int8Rows {
         case DType::Q6_K:
         case DType::Q3_K:
         case DType::IQ4_XS: unpack_kquants(type, src, kc, q, scales, corrections, mins); break;
-        default: unpack_blocks32(type, quant::is_interleaved(w->type), src, nb, q, scales, corrections); break;
+        default: unpack_blocks32(type, src, nb, q, scales, corrections); break;
       }
       prefetch_next_slice(*w, r0 + i, rows, k0 + kc, kc);
     }
