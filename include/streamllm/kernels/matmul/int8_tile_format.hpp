@@ -37,7 +37,7 @@ struct Int8Format {
   static constexpr std::size_t corrections_at(std::size_t kc) { return kc + (kc / 32) * 4 * Split; }
   static constexpr std::size_t mins_at(std::size_t kc) { return kc + (kc / 32) * 8 * Split; }
 };
-using Int8Blocks = Int8Format<1, false>;  // Q8_0, Q4_0 (and their interleaved rows)
+using Int8Blocks = Int8Format<1, false>;  // Q8_0, Q4_0 (and the blocks past an interleaved row's last group)
 using Int8Q4K = Int8Format<1, true>;
 using Int8Q6K = Int8Format<2, false>;
 using Int8Q2K = Int8Format<2, true>;            // the AVX2 tiles only

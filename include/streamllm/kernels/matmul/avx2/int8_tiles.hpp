@@ -166,8 +166,7 @@ inline void pack_group_int8(const float* x, std::size_t ldx, std::size_t n, std:
       } else {
         std::fill(q, q + 32, std::int8_t{0});
       }
-      std::int32_t halves[2] = {0, 0};
-      for (std::size_t e = 0; e < 32; ++e) halves[e / 16] += q[e];
+      const std::int32_t halves[2] = {sum_of_16(q), sum_of_16(q + 16)};
       for (std::size_t j = 0; j < 8; ++j) std::memcpy(blk + 64 * j + 4 * t, q + 4 * j, 4);
       std::memcpy(blk + kInt8QuadBytes + 4 * t, &d, 4);
       std::memcpy(blk + kInt8QuadBytes + 4 * kInt8Tok + 4 * t, &dsum, 4);

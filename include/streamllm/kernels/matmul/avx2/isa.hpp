@@ -32,6 +32,14 @@ STREAMLLM_AVX2 inline float hsum(__m256 v) {
   return _mm_cvtss_f32(q);
 }
 
+// The sum of 16 int8 quants (SSE2, so the scalar packing code can call it):
+// vpsadbw sums unsigned bytes, so flip the signs (+128 each) and take 16 x 128 back.
+inline std::int32_t sum_of_16(const std::int8_t* q) {
+  const __m128i v = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)), _mm_set1_epi8(-128));
+  const __m128i s = _mm_sad_epu8(v, _mm_setzero_si128());
+  return _mm_cvtsi128_si32(s) + _mm_extract_epi16(s, 4) - 16 * 128;
+}
+
 // Lane j: the sum of the eight lanes of v[j].
 STREAMLLM_AVX2 inline __m256i reduce8(const __m256i (&v)[8]) {
   const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));

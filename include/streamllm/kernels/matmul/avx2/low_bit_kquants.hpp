@@ -57,21 +57,13 @@ STREAMLLM_AVX2 inline __m128i q3k_scales_i8(const std::uint8_t* packed) {
 }
 
 // Each token's sums of its quants in runs of 16, for Q2_K's mins and Q3_K's
-// offset: tokens
-// [0, nt) of xa, sums[t][k / 16]. Once per call, not once per row.
+// offset: tokens [0, nt) of xa, sums[t][k / 16]. Once per call, not once per row.
 STREAMLLM_AVX2 inline const std::int16_t* quant_sums16(const QuantizedActivations::Slice& xa, std::size_t nt) {
   static thread_local std::vector<std::int16_t> sums;
   const std::size_t runs = xa.cols() / 16;
   sums.resize(nt * runs);
-  for (std::size_t t = 0; t < nt; ++t) {
-    const std::int8_t* q = xa.q_row(t);
-    for (std::size_t i = 0; i < runs; ++i) {
-      // vpsadbw sums unsigned bytes: flip the signs (+128 each), take 16 x 128 back
-      const __m128i v = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * i)), _mm_set1_epi8(-128));
-      const __m128i s = _mm_sad_epu8(v, _mm_setzero_si128());
-      sums[t * runs + i] = static_cast<std::int16_t>(_mm_cvtsi128_si32(s) + _mm_extract_epi16(s, 4) - 16 * 128);
-    }
-  }
+  for (std::size_t t = 0; t < nt; ++t)
+    for (std::size_t i = 0; i < runs; ++i) sums[t * runs + i] = static_cast<std::int16_t>(sum_of_16(xa.q_row(t) + 16 * i));
   return sums.data();
 }
 
