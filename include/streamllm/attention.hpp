@@ -50,11 +50,21 @@ struct Attention {
   static constexpr bool kVectorDot = HeadDim % L == 0;  // else scores one by one
   using Batch = kernels::Batch;
 
-  // Per query: running max, running sum, and the weighted sum of values.
+  // Per query: running max, running sum (lane by lane: summed once, at the
+  // end), and the weighted sum of values.
   struct State {
-    float m[kQueries], l[kQueries];
+    float m[kQueries];
+    alignas(64) float l[kQueries][L];
     alignas(64) float acc[kQueries][HeadDim];
   };
+
+  // How far (in log space) a score may pass the running maximum before the
+  // maximum moves: a block whose scores stay within it (nearly all, once the
+  // first blocks have set the maximum) needs no horizontal maximum and no
+  // rescaling, one vector compare instead. The result is the same: any
+  // maximum cancels between the weights and their sum; this one keeps every
+  // weight below e^8, far from float's range.
+  static constexpr float kMaxMargin = 8.0f;
 
   // Scores of one query against the keys of one block (nk <= L of them).
   static Batch scores(const float* q, const float* k, std::size_t stride, std::size_t nk) {
@@ -96,30 +106,31 @@ struct Attention {
   }
 
   // One query's online softmax over one key block: from its scores s
-  // (invisible lanes -inf), the keys' weights p; the running maximum and sum
-  // updated, and what was accumulated under an older maximum rescaled.
-  // N vectors of keys at once: one horizontal maximum and one sum for all.
+  // (invisible lanes -inf), the keys' weights p; the running sum updated,
+  // and, when a score passes the maximum by more than kMaxMargin, the
+  // maximum moved and what was accumulated under the old one rescaled.
+  // N vectors of keys at once: one compare for all.
   template <std::size_t N>
   static void softmax_step(const Batch (&s)[N], const typename Batch::batch_bool_type (&visible)[N], State& st, int qi,
                            float* p) {
     Batch mx = s[0];
     for (std::size_t i = 1; i < N; ++i) mx = xsimd::max(mx, s[i]);
-    alignas(64) float sv[L];
-    mx.store_aligned(sv);
-    const float bm = *std::max_element(sv, sv + L);
-    if (bm > st.m[qi]) {
+    if (xsimd::any(mx > Batch(st.m[qi] + kMaxMargin))) {
+      alignas(64) float sv[L];
+      mx.store_aligned(sv);
+      const float bm = *std::max_element(sv, sv + L);
       const float corr = std::exp(st.m[qi] - bm);
-      st.l[qi] *= corr;
+      (Batch::load_aligned(st.l[qi]) * Batch(corr)).store_aligned(st.l[qi]);
       for (int d = 0; d < HeadDim; ++d) st.acc[qi][d] *= corr;
       st.m[qi] = bm;
     }
-    Batch sum(0.f);
+    Batch sum = Batch::load_aligned(st.l[qi]);
     for (std::size_t i = 0; i < N; ++i) {
       const Batch e = xsimd::select(visible[i], xsimd::exp(s[i] - Batch(st.m[qi])), Batch(0.f));
       e.store_aligned(p + i * L);
       sum += e;
     }
-    st.l[qi] += xsimd::hadd(sum);
+    sum.store_aligned(st.l[qi]);
   }
 
   // Heads of one row taken together against a block of keys along the lanes
@@ -150,7 +161,9 @@ struct Attention {
     Batch s[G][2];  // per head, the two key vectors: independent chains
     for (int g = 0; g < G; ++g) s[g][0] = s[g][1] = Batch(0.f);
     for (std::size_t d = 0; d < static_cast<std::size_t>(HeadDim); ++d) {
-      const Batch k0 = Batch::load_aligned(kt[d]), k1 = Batch::load_aligned(kt[d] + L);
+      Batch k0 = Batch::load_aligned(kt[d]), k1 = Batch::load_aligned(kt[d] + L);
+      kernels::in_register(k0);
+      kernels::in_register(k1);
       for (int g = 0; g < G; ++g) {
         const Batch qd(q[g][d]);
         s[g][0] = xsimd::fma(qd, k0, s[g][0]);
@@ -169,7 +182,8 @@ struct Attention {
     for (std::size_t j = lo; j <= hi; ++j) {
       const float* v = vb + j * stride;
       for (std::size_t d = 0; d < HeadDim / L; ++d) {
-        const Batch vv = kernels::load(v + d * L);
+        Batch vv = kernels::load(v + d * L);
+        kernels::in_register(vv);
         for (int g = 0; g < G; ++g) a[g][d] = xsimd::fma(Batch(p[g][j]), vv, a[g][d]);
       }
     }
@@ -181,7 +195,7 @@ struct Attention {
   static void begin(State& st, int nq) {
     for (int i = 0; i < nq; ++i) {
       st.m[i] = -std::numeric_limits<float>::infinity();
-      st.l[i] = 0;
+      std::fill_n(st.l[i], L, 0.0f);
       std::fill_n(st.acc[i], HeadDim, 0.0f);
     }
   }
@@ -264,7 +278,7 @@ struct Attention {
       for (int h = 0; h < kGroup; ++h) {
         const int qi = r * kGroup + h;
         float* out = b.out + static_cast<std::size_t>(r) * b.ld + static_cast<std::size_t>((kvh * kGroup + h) * HeadDim);
-        const float inv = 1.0f / st.l[qi];
+        const float inv = 1.0f / xsimd::hadd(Batch::load_aligned(st.l[qi]));
         for (int d = 0; d < HeadDim; ++d) out[d] = st.acc[qi][d] * inv;
       }
   }

@@ -19,6 +19,18 @@ inline constexpr std::size_t kLanes = Batch::size;
 inline Batch load(const float* p) { return Batch::load_unaligned(p); }
 inline void store(float* p, const Batch& b) { b.store_unaligned(p); }
 
+// Keeps v in a register from here on. GCC folds a load whose value several
+// fmas use into each of them (one load per fma, not one in all): where the
+// loads already rival the fmas (the attention tiles), that makes the load
+// ports the limit.
+inline void in_register(Batch& v) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  asm("" : "+v"(v.data));
+#else
+  (void)v;
+#endif
+}
+
 // End of the whole vectors in n values: loops run [0, vector_end) by vectors
 // and [vector_end, n) one by one.
 inline constexpr std::size_t vector_end(std::size_t n) { return n - n % kLanes; }
