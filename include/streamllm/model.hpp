@@ -162,6 +162,16 @@ class Llama {
   };
 
   // A layer's output projection: every rank of a split model holds a part of the sum.
+  // Token t's embedding row into x; a shard holds only its slice of the
+  // vocabulary, and writes zeros for the others' tokens (forward sums them).
+  void embed(TokenId t, float* x) const {
+    const std::int64_t i = static_cast<std::int64_t>(t) - w_.first_token;
+    if (i >= 0 && i < w_.token_embedding.rows)
+      kernels::dequantize_row(w_.token_embedding, i, x);
+    else
+      std::fill_n(x, D, 0.0f);
+  }
+
   void sum_over_ranks(float* x, std::size_t n) {
     if (link_) link_->sum(x, n);
   }
@@ -280,11 +290,12 @@ typename Llama<Config>::Logits Llama<Config>::forward(std::span<const Sequence> 
 
   for (std::size_t r = 0; r < R; ++r) {
     const Row& row = rows_[r];
-    kernels::dequantize_row(w_.token_embedding, row.token, x_.data() + r * D);
+    embed(row.token, x_.data() + r * D);
     rope_.table(row.pos, rope_cos_.data() + r * tl_, rope_sin_.data() + r * tl_);
     const std::int64_t shift = seqs[row.seq].cache->position_shift(row.pos);
     rope_.table(row.pos - shift, sink_cos_.data() + r * tl_, sink_sin_.data() + r * tl_);
   }
+  if (link_) link_->sum_exact(x_.data(), R * D);
   for (int l = 0; l < Config::Layers; ++l) layer(l, seqs);
   for (const Sequence& s : seqs) s.cache->advance(static_cast<std::int64_t>(s.tokens.size()));
   return compute_logits();

@@ -30,7 +30,8 @@ struct LayerWeights {
 
 template <class Config>
 struct ModelWeights {
-  TensorView token_embedding;  // [Vocab x Dim]
+  TensorView token_embedding;  // [Vocab x Dim], or a shard's rows of it
+  TokenId first_token = 0;     // the token of token_embedding's row 0 (a shard's slice of the vocabulary)
   std::array<LayerWeights, Config::Layers> layers{};
   const float* final_norm = nullptr;  // [Dim]
   TensorView classifier;              // [Vocab x Dim], often the embedding itself

@@ -188,6 +188,17 @@ class MpiShardLink final : public ShardLink<Config> {
     }
   }
 
+  void sum_exact(float* x, std::size_t n) override {
+    const Timer t(stats_.all_reduce_s);
+    constexpr std::size_t chunk = kAllReduceBytes / sizeof(float);
+    stats_.all_reduce_bytes += n * sizeof(float);
+    for (std::size_t at = 0; at < n; at += chunk) {
+      ++stats_.all_reduce_calls;
+      const auto count = static_cast<int>(std::min(chunk, n - at));
+      check_mpi(MPI_Allreduce(MPI_IN_PLACE, x + at, count, MPI_FLOAT, MPI_SUM, comm_), "MPI_Allreduce (embedding rows)");
+    }
+  }
+
   void gather_logits(const float* local, std::size_t rows, std::size_t cols, float* out) override {
     if (cols != static_cast<std::size_t>(vocab_[static_cast<std::size_t>(rank_)].size()))
       throw Error("tensor parallel: rank " + std::to_string(rank_) + " computed " + std::to_string(cols) +

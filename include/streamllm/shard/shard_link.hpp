@@ -37,6 +37,12 @@ class ShardLink {
   // projection, whose every rank holds a part of each row's sum.
   virtual void sum(float* x, std::size_t n) = 0;
 
+  // The same, always in f32 (whatever sum's precision), so that rows held
+  // whole by one rank and zeros on the others arrive exactly: the embedding
+  // rows of a forward call, each from the rank whose slice of the
+  // vocabulary holds its token.
+  virtual void sum_exact(float* x, std::size_t n) = 0;
+
   // Logits of `rows` tokens, each rank holding `cols` of each (its rows of
   // the classifier, which the link was set up with): the whole
   // rows x Config::Vocab on the first rank, at `out` (the others' is not written).
