@@ -426,12 +426,21 @@ STREAMLLM_AVX512 inline void gemv_int8_streams(std::size_t r0, std::size_t r1, c
         acc[s] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(even, odd)), _mm512_mul_ps(dw, xd), acc[s]);
       }
     }
-    for (std::size_t s = 0; s < kStream; ++s) y[r0 + s * q + i] = hsum(acc[s]);
+    for (std::size_t s = 0; s < kStream; ++s) {
+      const std::size_t r = r0 + s * q + i;
+      y[r] = hsum(acc[s]);
+      // The blocks past the last group now, while the stream has them in
+      // L1: a pass of its own over every row afterwards found them in L3 at
+      // best (a tensor-parallel rank's w_down slice of 2816 columns, 5.5 groups).
+      if (16 * groups < xa->blocks)
+        gemv_int8_row<typename Row::Pairs, 1>(w, row_bytes, xs, y, 0, r, 16 * groups, xa->blocks, true);
+    }
   }
-  for (std::size_t r = r0 + kStream * q; r < r1; ++r) gemv_int8_row_groups<Row, 1>(w, row_bytes, xs, y, 0, r, 0, groups, false);
-  if (16 * groups < xa->blocks)
-    for (std::size_t r = r0; r < r1; ++r)
+  for (std::size_t r = r0 + kStream * q; r < r1; ++r) {
+    gemv_int8_row_groups<Row, 1>(w, row_bytes, xs, y, 0, r, 0, groups, false);
+    if (16 * groups < xa->blocks)
       gemv_int8_row<typename Row::Pairs, 1>(w, row_bytes, xs, y, 0, r, 16 * groups, xa->blocks, groups > 0);
+  }
 }
 
 // Rows [r0, r1) against n tokens of int8 activations. Each row once for up
