@@ -131,8 +131,9 @@ ModelWeights<TensorShard<Config, Ranks>> shard_weights(const ModelWeights<Config
 
   ModelWeights<Shard> w;
   std::vector<detail::ColumnCut> cuts;
-  // The embedding's rows in the classifier's slices, whatever the
-  // classifier's split: a tied table's pages are then the same on a rank.
+  // The embedding's rows in the sliced classifier's slices (whatever the
+  // classifier's split): with the default split, a tied table's pages on a
+  // rank are then the ones its classifier rows read.
   // Replicated, a prefill of scattered tokens mapped much of the table into
   // every rank (TinyLlama Q4_0 pp512: 0.556x the one process's memory).
   const SliceBounds vocab = classifier_rows<Config>(Ranks, rank, ClassifierSplit::Sliced);
