@@ -178,26 +178,11 @@ class MpiShardLink final : public ShardLink<Config> {
     if (leader_) leader_->turn.unlock();
   }
 
-  void sum(float* x, std::size_t n) override {
-    const Timer t(stats_.all_reduce_s);
-    const std::size_t width = precision_ == AllReducePrecision::F32 ? 4 : 2, chunk = kAllReduceBytes / width;
-    stats_.all_reduce_bytes += n * width;
-    for (std::size_t at = 0; at < n; at += chunk) {
-      ++stats_.all_reduce_calls;
-      sum_chunk(x + at, std::min(chunk, n - at));
-    }
-  }
+  void sum(float* x, std::size_t n) override { sum_in_chunks(x, n, precision_); }
 
-  void sum_exact(float* x, std::size_t n) override {
-    const Timer t(stats_.all_reduce_s);
-    constexpr std::size_t chunk = kAllReduceBytes / sizeof(float);
-    stats_.all_reduce_bytes += n * sizeof(float);
-    for (std::size_t at = 0; at < n; at += chunk) {
-      ++stats_.all_reduce_calls;
-      const auto count = static_cast<int>(std::min(chunk, n - at));
-      check_mpi(MPI_Allreduce(MPI_IN_PLACE, x + at, count, MPI_FLOAT, MPI_SUM, comm_), "MPI_Allreduce (embedding rows)");
-    }
-  }
+  // The embedding rows: one rank's value and zeros elsewhere, so f32 makes
+  // the sum exact whatever the precision chosen for the layers.
+  void sum_exact(float* x, std::size_t n) override { sum_in_chunks(x, n, AllReducePrecision::F32); }
 
   void gather_logits(const float* local, std::size_t rows, std::size_t cols, float* out) override {
     if (cols != static_cast<std::size_t>(vocab_[static_cast<std::size_t>(rank_)].size()))
@@ -320,8 +305,18 @@ class MpiShardLink final : public ShardLink<Config> {
   // (bench_allreduce: 8.2 GB/s against 8.9 at 4 MiB).
   static constexpr std::size_t kAllReduceBytes = std::size_t(1) << 20;
 
-  void sum_chunk(float* x, std::size_t n) {
-    if (precision_ == AllReducePrecision::F32) {
+  void sum_in_chunks(float* x, std::size_t n, AllReducePrecision precision) {
+    const Timer t(stats_.all_reduce_s);
+    const std::size_t width = precision == AllReducePrecision::F32 ? 4 : 2, chunk = kAllReduceBytes / width;
+    stats_.all_reduce_bytes += n * width;
+    for (std::size_t at = 0; at < n; at += chunk) {
+      ++stats_.all_reduce_calls;
+      sum_chunk(x + at, std::min(chunk, n - at), precision);
+    }
+  }
+
+  void sum_chunk(float* x, std::size_t n, AllReducePrecision precision) {
+    if (precision == AllReducePrecision::F32) {
       check_mpi(MPI_Allreduce(MPI_IN_PLACE, x, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_), "MPI_Allreduce");
       return;
     }

@@ -400,6 +400,13 @@ STREAMLLM_AVX512 inline void gemv_int8_streams(std::size_t r0, std::size_t r1, c
   constexpr std::size_t kGroupBytes = 16 * sizeof(Block);
   const QuantizedActivations::Slice xs = xa->slice(0);
   const std::size_t groups = xa->groups, q = (r1 - r0) / kStream;
+  // Row r's blocks past the last group, added to its sum. Taken right after
+  // the row's groups, while the stream has them in L1: a pass of its own over
+  // every row afterwards found them in L3 at best (a tensor-parallel rank's
+  // w_down slice of 2816 columns, 5.5 groups).
+  const auto add_blocks_past_groups = [&](std::size_t r) {
+    if (16 * groups < xa->blocks) gemv_int8_row<typename Row::Pairs, 1>(w, row_bytes, xs, y, 0, r, 16 * groups, xa->blocks, true);
+  };
   for (std::size_t i = 0; i < q; ++i) {
     const std::byte* row[kStream];
     __m512 acc[kStream];
@@ -429,17 +436,12 @@ STREAMLLM_AVX512 inline void gemv_int8_streams(std::size_t r0, std::size_t r1, c
     for (std::size_t s = 0; s < kStream; ++s) {
       const std::size_t r = r0 + s * q + i;
       y[r] = hsum(acc[s]);
-      // The blocks past the last group now, while the stream has them in
-      // L1: a pass of its own over every row afterwards found them in L3 at
-      // best (a tensor-parallel rank's w_down slice of 2816 columns, 5.5 groups).
-      if (16 * groups < xa->blocks)
-        gemv_int8_row<typename Row::Pairs, 1>(w, row_bytes, xs, y, 0, r, 16 * groups, xa->blocks, true);
+      add_blocks_past_groups(r);
     }
   }
   for (std::size_t r = r0 + kStream * q; r < r1; ++r) {
-    gemv_int8_row_groups<Row, 1>(w, row_bytes, xs, y, 0, r, 0, groups, false);
-    if (16 * groups < xa->blocks)
-      gemv_int8_row<typename Row::Pairs, 1>(w, row_bytes, xs, y, 0, r, 16 * groups, xa->blocks, groups > 0);
+    gemv_int8_row_groups<Row, 1>(w, row_bytes, xs, y, 0, r, 0, groups, false);  // writes 0 when groups == 0
+    add_blocks_past_groups(r);
   }
 }
 
