@@ -7,27 +7,11 @@
 #include <cstdint>
 #include <memory>
 
-#include "fuzz_shape.hpp"
-#include "streamllm/cache/kv_cache.hpp"
+#include "fuzz_models.hpp"
 #include "streamllm/formats/gguf.hpp"
-#include "streamllm/loaders/gguf_model.hpp"
 #include "streamllm/formats/sentencepiece_model.hpp"
-#include "streamllm/model.hpp"
-
-namespace {
-// The weights of a file of Config's shape through the loader and a forward pass.
-template <class Config>
-void run_model(const std::shared_ptr<const streamllm::io::GgufFile>& f) {
-  streamllm::Llama<Config> model(streamllm::io::load_gguf<Config>(f));
-  streamllm::KVCache<Config> cache;
-  const streamllm::TokenId prompt[] = {1, 3, 5};
-  (void)model.prefill(prompt, cache);
-  (void)model.decode(2, cache);
-}
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  using streamllm::fuzz::FuzzShape;
   const auto* bytes = reinterpret_cast<const std::byte*>(data);
   try {
     const auto f = std::make_shared<const streamllm::io::GgufFile>(bytes, size, "fuzz-input");
@@ -36,11 +20,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         volatile std::byte last = t.data[t.bytes - 1];  // must be inside the buffer
         (void)last;
       }
-    const streamllm::ModelShape shape = streamllm::io::gguf_shape(*f);
-    if (shape.dim == streamllm::fuzz::FuzzShapeK::Dim)
-      run_model<streamllm::fuzz::FuzzShapeK>(f);
-    else
-      run_model<FuzzShape>(f);
+    streamllm::fuzz::run_gguf_model(f);
   } catch (const streamllm::Error&) {}
   try {
     const streamllm::io::GgufFile f(bytes, size, "fuzz-input");

@@ -11,10 +11,8 @@
 #include <cstdint>
 #include <string>
 
-#include "fuzz_shape.hpp"
-#include "streamllm/cache/kv_cache.hpp"
+#include "fuzz_models.hpp"
 #include "streamllm/loaders/llama2c.hpp"
-#include "streamllm/model.hpp"
 
 namespace {
 
@@ -30,7 +28,6 @@ const std::string& as_file(const std::uint8_t* data, std::size_t size) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  using streamllm::fuzz::FuzzShape;
   const std::string& path = as_file(data, size);
   try {
     const streamllm::io::MappedFile f(path);
@@ -44,11 +41,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     (void)sink;
   } catch (const streamllm::Error&) {}
   try {
-    streamllm::Llama<FuzzShape> model(streamllm::io::load_llama2c<FuzzShape>(path));
-    streamllm::KVCache<FuzzShape> cache;
-    const streamllm::TokenId prompt[] = {1, 3, 5};
-    (void)model.prefill(prompt, cache);
-    (void)model.decode(2, cache);
+    streamllm::fuzz::run_llama2c_model(path);
   } catch (const streamllm::Error&) {}
   return 0;
 }
