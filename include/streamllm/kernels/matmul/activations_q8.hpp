@@ -74,8 +74,9 @@ inline std::pair<float, std::int32_t> non_finite_block(std::int8_t* q) {
   return {std::numeric_limits<float>::quiet_NaN(), 0};
 }
 
-// One block of 32: the quants, and returns {scale, sum of quants}.
-inline std::pair<float, std::int32_t> quantize_block(const float* v, std::int8_t* q) {
+// One block of 32: quants of at most `limit` either way, and returns
+// {scale, sum of quants}.
+inline std::pair<float, std::int32_t> quantize_block_to(const float* v, std::int8_t* q, float limit) {
   float amax = 0;
   bool finite = true;
   for (int j = 0; j < 32; ++j) {
@@ -84,11 +85,14 @@ inline std::pair<float, std::int32_t> quantize_block(const float* v, std::int8_t
     amax = std::max(amax, a);
   }
   if (!finite) return non_finite_block(q);
-  const float d = amax / 127.0f, id = quant::inverse_or_zero(d);
+  const float d = amax / limit, id = quant::inverse_or_zero(d);
   std::int32_t s = 0;
   for (int j = 0; j < 32; ++j) s += q[j] = round_to_int8(v[j] * id);
   return {d, s};
 }
+
+// One block of 32 as int8 quants (-127..127): the activations of every int8 kernel but one.
+inline std::pair<float, std::int32_t> quantize_block(const float* v, std::int8_t* q) { return quantize_block_to(v, q, 127.0f); }
 
 // Quantises block b of row r with `block` (scalar, or a vector twin with the
 // same results), then lays out the per-pair lanes.
@@ -152,9 +156,12 @@ inline void interleave_group_quants(const std::int8_t* src, std::int8_t* dst) {
 
 inline void interleave_groups(QuantizedActivations& a, int shift) { interleave_groups_with(a, shift, interleave_group_quants); }
 
-// x[rows][ldx] (cols used, a multiple of 32) -> out.
-inline void quantize_activations(const float* x, std::size_t ldx, std::size_t rows, std::size_t cols, QuantizedActivations& out) {
-  quantize_activations_with(x, ldx, rows, cols, out, quantize_block);
+// x[rows][ldx] (cols used, a multiple of 32) -> out, quants of at most
+// `limit` either way (the int8 tiles' activation limit; 127 elsewhere).
+inline void quantize_activations(const float* x, std::size_t ldx, std::size_t rows, std::size_t cols, QuantizedActivations& out,
+                                 float limit = 127.0f) {
+  quantize_activations_with(x, ldx, rows, cols, out,
+                            [limit](const float* v, std::int8_t* q) { return quantize_block_to(v, q, limit); });
 }
 
 }  // namespace streamllm::kernels

@@ -1,5 +1,5 @@
 // Int8 tiled matrix-matrix product (prefill) on AVX2 CPUs, for Q4_0, Q4_1,
-// Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K weights: vpmaddubsw
+// Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS weights: vpmaddubsw
 // multiplies 32 byte pairs per instruction, so quantised prefill runs on the
 // integer units instead of dequantising every weight to f32
 // (docs/performance.md).
@@ -10,9 +10,9 @@
 // vpmaddubsw multiplies unsigned bytes with signed ones: here the weights are
 // the unsigned operand, as they are stored (Q4_0, Q4_1 and Q4_K nibbles
 // 0..15, Q5_0, Q5_1 and Q5_K quants 0..31, Q6_K quants 0..63, Q3_K's 0..7,
-// Q2_K's 0..3), and the activations, quantised per token and block as for
-// decode, the signed one. The stored offset (Q4_0 8, Q5_0 16, Q6_K 32, Q3_K
-// 4) is taken back per block (or half block) as
+// Q2_K's 0..3, IQ4's levels + 128, 1..241), and the activations, quantised
+// per token and block as for decode, the signed one. The stored offset (Q4_0
+// 8, Q5_0 16, Q6_K 32, Q3_K 4, IQ4 128) is taken back per block (or half block) as
 // offset x the token's sum of quants, which is the same for every row, so
 // the rows carry no corrections; Q4_1's and Q5_1's m is Q4_K's min, and
 // Q2_K's -dmin m per half block multiplies the token's d x that half's sum.
@@ -24,12 +24,18 @@
 // widened (vpmaddwd) to int32: the 4-bit types (q <= 15) 8 quads, 8 x 2 x 15
 // x 127 = 30480; the 5-bit ones (q <= 31) 4 quads, 4 x 2 x 31 x 127 = 31496;
 // Q6_K (q <= 63) 2 quads, 2 x 2 x 63 x 127 = 32004; Q3_K (q <= 7) and Q2_K
-// (q <= 3) the 4 quads of their half blocks, 4 x 2 x 7 x 127 = 7112.
+// (q <= 3) the 4 quads of their half blocks, 4 x 2 x 7 x 127 = 7112. IQ4's
+// levels + 128 (q <= 241) take activations quantised to 63 instead of 127
+// (GemmInt8's Limit), one quad at a time: 2 x 241 x 63 = 30366. The levels
+// themselves (4 bits of index), not the activations, bound IQ4's accuracy:
+// halving the activations' step adds well under 1% to its error, and the
+// tiles take the weights a byte each instead of the f32 tiles' four.
 #pragma once
 
 #include "streamllm/kernels/matmul/avx2/int8_blocks.hpp"
 #include "streamllm/kernels/matmul/avx2/kquants.hpp"
 #include "streamllm/kernels/matmul/avx2/low_bit_kquants.hpp"
+#include "streamllm/kernels/matmul/avx2/nonlinear_blocks.hpp"
 #include "streamllm/kernels/matmul/int8_tile_format.hpp"
 
 #ifdef STREAMLLM_HAVE_AVX2_KERNELS
@@ -148,10 +154,12 @@ STREAMLLM_AVX2 inline void gemm_int8_micro(const std::byte* w, std::size_t ldw, 
   }
 }
 
-// Group g of x [n][ldx] (k a multiple of 32) -> its packed blocks; padding
-// tokens get quants 0 and scale 0. The scalar quantiser of the decode
-// activations, so both paths round alike.
-inline void pack_group_int8(const float* x, std::size_t ldx, std::size_t n, std::size_t k, std::uint8_t* xp, std::size_t g) {
+// Group g of x [n][ldx] (k a multiple of 32) -> its packed blocks, quants
+// of at most `limit` either way; padding tokens get quants 0 and scale 0.
+// The scalar quantiser of the decode activations, so both paths round alike
+// (at the decode kernels' limit, 127).
+inline void pack_group_int8(const float* x, std::size_t ldx, std::size_t n, std::size_t k, std::uint8_t* xp, std::size_t g,
+                            float limit) {
   const std::size_t nb = k / 32, valid = std::min(kInt8Tok, n - g * kInt8Tok);
   std::uint8_t* dst = xp + g * nb * kInt8BlockBytes;
   std::int8_t q[32];
@@ -160,7 +168,7 @@ inline void pack_group_int8(const float* x, std::size_t ldx, std::size_t n, std:
     for (std::size_t t = 0; t < kInt8Tok; ++t) {
       float d = 0, dsum = 0;
       if (t < valid) {
-        const auto [scale, sum] = quantize_block(x + (g * kInt8Tok + t) * ldx + 32 * b, q);
+        const auto [scale, sum] = quantize_block_to(x + (g * kInt8Tok + t) * ldx + 32 * b, q, limit);
         d = scale;
         dsum = scale * static_cast<float>(sum);
       } else {
@@ -247,12 +255,38 @@ STREAMLLM_AVX2 inline void unpack_unsigned_blocks(const std::byte* src, std::siz
   }
 }
 
-// Rows of Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q3_K or Q2_K weights
-// unpacked a block at a time into Format's layout: Q4_0 and Q5_0 as
-// Int8Blocks, Q4_1, Q5_1, Q4_K and Q5_K as Int8Q4K, Q6_K and Q3_K as
-// Int8Q6K, Q2_K as Int8Q2K, each quant as the unsigned byte it is stored as
-// (the micro-kernel takes the offset back); the layout's corrections are
-// not used here.
+// The 32 levels of 16 bytes of indices, + 128 (1..241): the sign bit flipped.
+STREAMLLM_AVX2 inline __m256i iq4_unsigned_levels(const std::uint8_t* qs) {
+  return _mm256_xor_si256(iq4_levels(qs), _mm256_set1_epi8(static_cast<char>(0x80)));
+}
+
+// Blocks [0, nb) of an IQ4_NL row, or super-blocks [0, nb / 8) of an IQ4_XS
+// one, as Int8Blocks lays them out: the levels + 128 and each block's scale
+// (IQ4_NL's d, IQ4_XS's d (ls - 32)).
+STREAMLLM_AVX2 inline void unpack_iq4(DType type, const std::byte* src, std::size_t nb, std::int8_t* q, std::byte* scales) {
+  if (type == DType::IQ4_NL) {
+    const auto* blk = reinterpret_cast<const quant::BlockIQ4NL*>(src);
+    for (std::size_t b = 0; b < nb; ++b) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b), iq4_unsigned_levels(blk[b].qs));
+      const float d = _cvtsh_ss(blk[b].d);
+      std::memcpy(scales + 4 * b, &d, 4);
+    }
+    return;
+  }
+  const auto* blk = reinterpret_cast<const quant::BlockIQ4XS*>(src);
+  for (std::size_t sb = 0; sb < nb / 8; ++sb) {
+    for (std::size_t j = 0; j < 8; ++j)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * (8 * sb + j)), iq4_unsigned_levels(blk[sb].qs + 16 * j));
+    _mm256_storeu_ps(reinterpret_cast<float*>(scales + 32 * sb), iq4xs_scales(blk[sb]));
+  }
+}
+
+// Rows of Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q3_K, Q2_K, IQ4_NL or
+// IQ4_XS weights unpacked a block at a time into Format's layout: Q4_0,
+// Q5_0 and the IQ4 types as Int8Blocks, Q4_1, Q5_1, Q4_K and Q5_K as
+// Int8Q4K, Q6_K and Q3_K as Int8Q6K, Q2_K as Int8Q2K, each quant as the
+// unsigned byte it is stored as (IQ4: its level + 128; the micro-kernel
+// takes the offset back); the layout's corrections are not used here.
 template <class Format>
 struct Int8Rows {
   const TensorView* w;
@@ -264,8 +298,10 @@ struct Int8Rows {
     const bool affine = type == DType::Q4_K || type == DType::Q5_K || type == DType::Q4_1 || type == DType::Q5_1;
     const bool fits = affine                                       ? std::is_same_v<Format, Int8Q4K>
                       : type == DType::Q6_K || type == DType::Q3_K ? std::is_same_v<Format, Int8Q6K>
-                      : type == DType::Q2_K                        ? std::is_same_v<Format, Int8Q2K>
-                                            : (type == DType::Q4_0 || type == DType::Q5_0) && std::is_same_v<Format, Int8Blocks>;
+                      : type == DType::Q2_K
+                          ? std::is_same_v<Format, Int8Q2K>
+                          : (type == DType::Q4_0 || type == DType::Q5_0 || type == DType::IQ4_NL || type == DType::IQ4_XS) &&
+                                std::is_same_v<Format, Int8Blocks>;
     if (!fits || kc % 32 != 0 || (super_blocks && (k0 % 256 != 0 || kc % 256 != 0)))
       throw Error("avx2::Int8Rows: " + std::string(dtype_name(type)) + " rows at columns [" + std::to_string(k0) + ", " +
                   std::to_string(k0 + kc) + ") do not fit this tile format");
@@ -282,6 +318,8 @@ struct Int8Rows {
         case DType::Q5_0: unpack_unsigned_blocks<Q5_0Row>(src, nb, q, scales, mins); continue;
         case DType::Q4_1: unpack_unsigned_blocks<Q4_1Row>(src, nb, q, scales, mins); continue;
         case DType::Q5_1: unpack_unsigned_blocks<Q5_1Row>(src, nb, q, scales, mins); continue;
+        case DType::IQ4_NL:
+        case DType::IQ4_XS: unpack_iq4(type, src, nb, q, scales); continue;
         default: break;
       }
       for (std::size_t sb = 0; sb < kc / 256; ++sb) {
@@ -312,8 +350,9 @@ struct Int8Rows {
 };
 
 // The int8 tile policy of the shared gemm driver (gemm.hpp), per weight
-// format, run of quads summed in int16 and offset of the unsigned quants.
-template <class Format, std::size_t Run, int Offset>
+// format, run of quads summed in int16, offset of the unsigned quants and
+// the activations' limit.
+template <class Format, std::size_t Run, int Offset, int Limit = 127>
 struct GemmInt8 {
   using Packed = std::uint8_t;
   using Weight = std::byte;
@@ -329,7 +368,7 @@ struct GemmInt8 {
   static std::size_t packed_size(std::size_t k) { return k / 32 * kInt8BlockBytes; }
   static std::size_t packed_offset(std::size_t k0) { return k0 / 32 * kInt8BlockBytes; }
   static void pack_group(const float* x, std::size_t ldx, std::size_t n, std::size_t k, std::uint8_t* xp, std::size_t g) {
-    pack_group_int8(x, ldx, n, k, xp, g);
+    pack_group_int8(x, ldx, n, k, xp, g, static_cast<float>(Limit));
   }
   template <std::size_t... MR>
   static void micro_rows(std::size_t rows, const std::byte* w, std::size_t ldw, const std::uint8_t* xp, std::size_t kc, float* c,

@@ -3,9 +3,9 @@
 //
 // Decode: F16 and BF16 widened to f32; the blocks of 32 and the K-quants
 // against int8 activations (vpmaddubsw). Prefill: the int8 tiles for all of
-// them but F16, BF16, Q8_0, IQ4_NL and IQ4_XS (whose pair sums would
-// saturate, int8_tiles.hpp), which take the f32 tiles over rows converted
-// by the AVX2 converters; F32 takes the portable row.
+// them but F16, BF16 and Q8_0 (whose pair sums would saturate,
+// int8_tiles.hpp), which take the f32 tiles over rows converted by the AVX2
+// converters; F32 takes the portable row.
 //
 // The tiles work in groups of 16 tokens and a group costs much of its price
 // however few of its tokens are real (the f32 tiles convert every weight of
@@ -67,21 +67,25 @@ inline void row_to_f32(DType t, const std::byte* src, std::size_t cols, float* d
   if (!dequantize_row_f32(t, src, cols, dst)) scalar_row_to_f32(t, src, cols, dst);
 }
 
-// Every format of the int8 tiles takes the same packed tokens.
+// Every format of the int8 tiles takes the same packed tokens, quantised to
+// at most Limit either way.
+template <int Limit>
 inline const void* pack_int8_tokens(const float* x, std::size_t ldx, std::size_t n, std::size_t k) {
-  return pack_tokens<GemmInt8<Int8Blocks, 8, 8>>(x, ldx, n, k);
+  return pack_tokens<GemmInt8<Int8Blocks, 8, 8, Limit>>(x, ldx, n, k);
 }
 
-// The int8 tiles of Format, with Run quads' pair sums in int16 and the quants' offset.
-template <class Format, std::size_t Run, int Offset>
+// The int8 tiles of Format, with Run quads' pair sums in int16, the quants'
+// offset and the activations' limit.
+template <class Format, std::size_t Run, int Offset, int Limit>
 inline void prefill_int8_packed(const TensorView& w, const void* packed, std::size_t n, float* y, std::size_t ldy) {
-  gemm_packed<GemmInt8<Format, Run, Offset>>(Int8Rows<Format>{&w}, static_cast<std::size_t>(w.rows),
-                                             static_cast<std::size_t>(w.cols), static_cast<const std::uint8_t*>(packed), n, y,
-                                             ldy);
+  gemm_packed<GemmInt8<Format, Run, Offset, Limit>>(Int8Rows<Format>{&w}, static_cast<std::size_t>(w.rows),
+                                                    static_cast<std::size_t>(w.cols), static_cast<const std::uint8_t*>(packed), n,
+                                                    y, ldy);
 }
-template <class Format, std::size_t Run, int Offset>
+template <class Format, std::size_t Run, int Offset, int Limit>
 inline void prefill_int8(const TensorView& w, const float* x, std::size_t n, std::size_t ldx, float* y, std::size_t ldy) {
-  prefill_int8_packed<Format, Run, Offset>(w, pack_int8_tokens(x, ldx, n, static_cast<std::size_t>(w.cols)), n, y, ldy);
+  prefill_int8_packed<Format, Run, Offset, Limit>(w, pack_int8_tokens<Limit>(x, ldx, n, static_cast<std::size_t>(w.cols)), n, y,
+                                                  ldy);
 }
 
 // A type on the f32 tiles, its decode kernel taking up to 12 tokens.
@@ -99,8 +103,8 @@ constexpr MatmulKernel float_tile_row(DType t, DecodeRowsFn decode, DecodeRowsFn
           .tail_tokens = GemmF32::kTok / 4};
 }
 
-// A type on the int8 tiles of Format (Run, Offset), its decode kernel against int8 activations.
-template <class Format, std::size_t Run, int Offset>
+// A type on the int8 tiles of Format (Run, Offset, Limit), its decode kernel against int8 activations.
+template <class Format, std::size_t Run, int Offset, int Limit = 127>
 constexpr MatmulKernel int8_tile_row(DType t, DecodeRowsFn decode, DecodeRowsFn twin) {
   return {.type = t,
           .isa = Isa::Avx2,
@@ -110,11 +114,12 @@ constexpr MatmulKernel int8_tile_row(DType t, DecodeRowsFn decode, DecodeRowsFn 
           .quantize = portable::quantize_tokens,
           .twin = twin,
           .tiles = Tiles::Int8,
-          .prefill = prefill_int8<Format, Run, Offset>,
-          .pack = pack_int8_tokens,
-          .prefill_packed = prefill_int8_packed<Format, Run, Offset>,
+          .prefill = prefill_int8<Format, Run, Offset, Limit>,
+          .pack = pack_int8_tokens<Limit>,
+          .prefill_packed = prefill_int8_packed<Format, Run, Offset, Limit>,
           .tile_tokens = kInt8Tok,
-          .tail_tokens = kInt8Tok / 4};
+          .tail_tokens = kInt8Tok / 4,
+          .tile_activation_limit = Limit};
 }
 
 inline constexpr MatmulKernel kRows[] = {
@@ -131,10 +136,9 @@ inline constexpr MatmulKernel kRows[] = {
     int8_tile_row<Int8Q6K, 2, 32>(DType::Q6_K, decode_kquant, portable::decode_kquant),
     int8_tile_row<Int8Q2K, 4, 0>(DType::Q2_K, decode_kquant, portable::decode_low_bit_kquant),
     int8_tile_row<Int8Q6K, 4, 4>(DType::Q3_K, decode_kquant, portable::decode_low_bit_kquant),
-    // Levels of up to 127 either way would saturate the int8 tiles' pair sums, as Q8_0's would.
-    float_tile_row(DType::IQ4_NL, decode_blocks<IQ4NLRow>, portable::decode_iq4, ActivationLayout::Int8Blocks,
-                   portable::quantize_tokens),
-    float_tile_row(DType::IQ4_XS, decode_kquant, portable::decode_iq4, ActivationLayout::Int8Blocks, portable::quantize_tokens),
+    // The levels + 128 (up to 241) against activations of at most 63 (int8_tiles.hpp).
+    int8_tile_row<Int8Blocks, 1, 128, 63>(DType::IQ4_NL, decode_blocks<IQ4NLRow>, portable::decode_iq4),
+    int8_tile_row<Int8Blocks, 1, 128, 63>(DType::IQ4_XS, decode_kquant, portable::decode_iq4),
 };
 
 #else
