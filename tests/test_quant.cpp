@@ -231,7 +231,7 @@ TEST_CASE("every row of the kernel table is complete, and its decode kernel equa
           row.decode(m.view, 0, urows, {x.data(), ucols, row.quantize ? row.quantize(x.data(), ucols, n, ucols) : nullptr}, n,
                      fast.data(), urows);
           k::QuantizedActivations xa;
-          k::quantize_activations(x.data(), ucols, n, ucols, xa);
+          k::quantize_activations(x.data(), ucols, n, ucols, xa, static_cast<float>(row.activation_limit));
           const k::DecodeRowsFn twin_decode = row.twin ? row.twin : row.decode;
           twin_decode(file.view, 0, urows, {x.data(), ucols, &xa}, n, twin.data(), urows);
           float scale = 0;
@@ -389,14 +389,11 @@ void require_int8_kernels_equal_twin(const TensorView& w, bool extreme, Twin&& t
       const auto x = extreme ? std::vector<float>(n * cols, 1.0f) : normal(n * cols, 7);
       std::vector<float> fast(n * rows), twin(fast.size());
       k::matmul(w, x.data(), n, cols, fast.data(), rows, isa);
-      // The tiles' tokens quantised at their limit (IQ4 on AVX2: 63), the
-      // decode kernel's at 127.
-      const std::size_t tiled = row.decode_from(n);
+      // The tokens quantised at the row's limit (IQ4 on AVX2: 63), as its
+      // decode kernel and its tiles take them.
       k::QuantizedActivations xa;
-      k::quantize_activations(x.data(), cols, tiled, cols, xa, static_cast<float>(row.tile_activation_limit));
-      twin_gemv(w, xa, tiled, twin.data(), rows, std::size_t(0), rows);
-      k::quantize_activations(x.data() + tiled * cols, cols, n - tiled, cols, xa);
-      twin_gemv(w, xa, n - tiled, twin.data() + tiled * rows, rows, std::size_t(0), rows);
+      k::quantize_activations(x.data(), cols, n, cols, xa, static_cast<float>(row.activation_limit));
+      twin_gemv(w, xa, n, twin.data(), rows, std::size_t(0), rows);
       INFO(dtype_name(w.type) << " cols " << cols << " n " << n << " isa " << k::to_string(isa));
       require_twin_sums(fast, twin);
     }

@@ -96,10 +96,11 @@ struct MatmulKernel {
   // of the weights.
   std::size_t tile_tokens = 0;
   std::size_t tail_tokens = 0;
-  // The int8 tiles' activations are quantised to at most this either way:
-  // the decode kernels' 127, but 63 where the weights' unsigned bytes reach
-  // 241 (IQ4 on AVX2: 127 would saturate vpmaddubsw's pair sums).
-  int tile_activation_limit = 127;
+  // The row's int8 activations (its decode kernel's and its tiles') are
+  // quantised to at most this either way: 127, but 63 where the weights
+  // enter vpmaddubsw as unsigned bytes up to 241 (IQ4 on AVX2: 127 would
+  // saturate its pair sums).
+  int activation_limit = 127;
   // Up to this many tokens (more than decode_tokens), the decode kernel in
   // passes of decode_tokens instead of the tiles (0: never): where the
   // tiles unpack every weight block before use, which few groups of tokens

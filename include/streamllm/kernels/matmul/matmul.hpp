@@ -102,8 +102,8 @@ inline void decode_shared(std::span<const MatmulTarget> targets, std::span<const
 }  // namespace detail
 
 // Several matrices against the same activations (wq, wk, wv; w_gate, w_up).
-// Where their decode kernels read the same int8 layout (Q4_K with Q6_K, as a
-// Q4_K_M file mixes them), the tokens are quantised once for all
+// Where their decode kernels read the same int8 layout at the same limit
+// (Q4_K with Q6_K, as a Q4_K_M file mixes them), the tokens are quantised once for all
 // (detail::decode_shared); where their tiles read the same packed tokens,
 // whatever their formats, the tokens are packed once. Otherwise one matmul
 // per target.
@@ -127,8 +127,9 @@ inline void matmul_shared(std::span<const MatmulTarget> targets, const float* x,
     return rest;
   };
   const std::size_t tiled = first.decode_from(n);
-  if (first.quantize && tiled == 0 &&
-      all([&](const MatmulKernel& r) { return r.activations == first.activations && r.decode_from(n) == 0; })) {
+  if (first.quantize && tiled == 0 && all([&](const MatmulKernel& r) {
+        return r.activations == first.activations && r.quantize == first.quantize && r.decode_from(n) == 0;
+      })) {
     std::size_t pass = n;  // the decode kernels' passes: as many tokens as all take
     for (const MatmulKernel* r : kernels) pass = std::min(pass, r->decode_tokens);
     detail::decode_shared(targets, kernels, x, std::min(pass, n), ldx);

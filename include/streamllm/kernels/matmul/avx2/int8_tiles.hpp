@@ -255,11 +255,6 @@ STREAMLLM_AVX2 inline void unpack_unsigned_blocks(const std::byte* src, std::siz
   }
 }
 
-// The 32 levels of 16 bytes of indices, + 128 (1..241): the sign bit flipped.
-STREAMLLM_AVX2 inline __m256i iq4_unsigned_levels(const std::uint8_t* qs) {
-  return _mm256_xor_si256(iq4_levels(qs), _mm256_set1_epi8(static_cast<char>(0x80)));
-}
-
 // Blocks [0, nb) of an IQ4_NL row, or super-blocks [0, nb / 8) of an IQ4_XS
 // one, as Int8Blocks lays them out: the levels + 128 and each block's scale
 // (IQ4_NL's d, IQ4_XS's d (ls - 32)).

@@ -111,7 +111,7 @@ constexpr MatmulKernel int8_tile_row(DType t, DecodeRowsFn decode, DecodeRowsFn 
           .decode = decode,
           .decode_tokens = kInt8TileDecodeTokens,
           .activations = ActivationLayout::Int8Blocks,
-          .quantize = portable::quantize_tokens,
+          .quantize = portable::quantize_tokens_to<Limit>,
           .twin = twin,
           .tiles = Tiles::Int8,
           .prefill = prefill_int8<Format, Run, Offset, Limit>,
@@ -119,7 +119,7 @@ constexpr MatmulKernel int8_tile_row(DType t, DecodeRowsFn decode, DecodeRowsFn 
           .prefill_packed = prefill_int8_packed<Format, Run, Offset, Limit>,
           .tile_tokens = kInt8Tok,
           .tail_tokens = kInt8Tok / 4,
-          .tile_activation_limit = Limit};
+          .activation_limit = Limit};
 }
 
 inline constexpr MatmulKernel kRows[] = {
@@ -136,7 +136,8 @@ inline constexpr MatmulKernel kRows[] = {
     int8_tile_row<Int8Q6K, 2, 32>(DType::Q6_K, decode_kquant, portable::decode_kquant),
     int8_tile_row<Int8Q2K, 4, 0>(DType::Q2_K, decode_kquant, portable::decode_low_bit_kquant),
     int8_tile_row<Int8Q6K, 4, 4>(DType::Q3_K, decode_kquant, portable::decode_low_bit_kquant),
-    // The levels + 128 (up to 241) against activations of at most 63 (int8_tiles.hpp).
+    // The levels + 128 (up to 241) against activations of at most 63
+    // (nonlinear_blocks.hpp, int8_tiles.hpp), in decode and in the tiles.
     int8_tile_row<Int8Blocks, 1, 128, 63>(DType::IQ4_NL, decode_blocks<IQ4NLRow>, portable::decode_iq4),
     int8_tile_row<Int8Blocks, 1, 128, 63>(DType::IQ4_XS, decode_kquant, portable::decode_iq4),
 };
