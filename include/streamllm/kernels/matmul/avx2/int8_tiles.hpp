@@ -26,10 +26,11 @@
 // Q6_K (q <= 63) 2 quads, 2 x 2 x 63 x 127 = 32004; Q3_K (q <= 7) and Q2_K
 // (q <= 3) the 4 quads of their half blocks, 4 x 2 x 7 x 127 = 7112. IQ4's
 // levels + 128 (q <= 241) take activations quantised to 63 instead of 127
-// (GemmInt8's Limit), one quad at a time: 2 x 241 x 63 = 30366. The levels
-// themselves (4 bits of index), not the activations, bound IQ4's accuracy:
-// halving the activations' step adds well under 1% to its error, and the
-// tiles take the weights a byte each instead of the f32 tiles' four.
+// (GemmInt8's Limit, the row's activation_limit), one quad at a time: 2 x
+// 241 x 63 = 30366. The levels themselves (4 bits of index), not the
+// activations, bound IQ4's accuracy: halving the activations' step moved
+// stories260K's max logit error from 5.75 to 5.85 (docs/performance.md),
+// and the tiles take the weights a byte each instead of the f32 tiles' four.
 #pragma once
 
 #include "streamllm/kernels/matmul/avx2/int8_blocks.hpp"
