@@ -486,7 +486,8 @@ TEST_CASE("matmul_shared gives each matrix what matmul gives it, fused or not", 
   // and 48 the tiles or the matrix-vector kernels in passes (AVX-512 Q8_0 /
   // Q4_0), 70 and 90 the tiles (partial token groups, rests on the decode kernels). On every path this CPU can take: on
   // AVX2 the int8 gemv of all four types reads the same activations, so the
-  // mixes of those fuse there too.
+  // mixes of those fuse there too; the IQ4 types' activations of 63 fuse
+  // only with each other (a mix with Q6_K takes a matmul per target).
   const std::int64_t cols = 2048;
   const std::int64_t rows[] = {300, 40, 40};
   const std::vector<std::vector<DType>> cases = {
@@ -499,6 +500,8 @@ TEST_CASE("matmul_shared gives each matrix what matmul gives it, fused or not", 
       {DType::Q4_1, DType::Q5_1, DType::Q5_0},
       {DType::Q4_0, DType::Q6_K, DType::Q8_0x16},
       {DType::Q4_0, DType::Q4_K, DType::Q8_0},
+      {DType::IQ4_XS, DType::IQ4_NL, DType::IQ4_NL},
+      {DType::IQ4_NL, DType::IQ4_NL, DType::Q6_K},  // on AVX2 quantised alike only among themselves
       {DType::Q4_0, DType::Q8_0, DType::F32}};
   for (const k::Isa isa : {k::Isa::Avx512Bf16Vnni, k::Isa::Avx2, k::Isa::Portable}) {
     if (!can_run(isa)) continue;
