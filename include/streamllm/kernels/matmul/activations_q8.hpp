@@ -91,7 +91,8 @@ inline std::pair<float, std::int32_t> quantize_block_to(const float* v, std::int
   return {d, s};
 }
 
-// One block of 32 as int8 quants (-127..127): the activations of every int8 kernel but one.
+// One block of 32 as int8 quants (-127..127): the activations of every int8
+// row but IQ4's on AVX2 (63, MatmulKernel::activation_limit).
 inline std::pair<float, std::int32_t> quantize_block(const float* v, std::int8_t* q) { return quantize_block_to(v, q, 127.0f); }
 
 // Quantises block b of row r with `block` (scalar, or a vector twin with the
@@ -157,7 +158,7 @@ inline void interleave_group_quants(const std::int8_t* src, std::int8_t* dst) {
 inline void interleave_groups(QuantizedActivations& a, int shift) { interleave_groups_with(a, shift, interleave_group_quants); }
 
 // x[rows][ldx] (cols used, a multiple of 32) -> out, quants of at most
-// `limit` either way (the int8 tiles' activation limit; 127 elsewhere).
+// `limit` either way (a row's activation_limit: 127, or 63 for IQ4 on AVX2).
 inline void quantize_activations(const float* x, std::size_t ldx, std::size_t rows, std::size_t cols, QuantizedActivations& out,
                                  float limit = 127.0f) {
   quantize_activations_with(x, ldx, rows, cols, out,

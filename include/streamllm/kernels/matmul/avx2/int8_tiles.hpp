@@ -157,8 +157,8 @@ STREAMLLM_AVX2 inline void gemm_int8_micro(const std::byte* w, std::size_t ldw, 
 
 // Group g of x [n][ldx] (k a multiple of 32) -> its packed blocks, quants
 // of at most `limit` either way; padding tokens get quants 0 and scale 0.
-// The scalar quantiser of the decode activations, so both paths round alike
-// (at the decode kernels' limit, 127).
+// The scalar quantiser of the decode activations, so a row's decode kernel
+// and its tiles round alike (at the row's activation_limit).
 inline void pack_group_int8(const float* x, std::size_t ldx, std::size_t n, std::size_t k, std::uint8_t* xp, std::size_t g,
                             float limit) {
   const std::size_t nb = k / 32, valid = std::min(kInt8Tok, n - g * kInt8Tok);
