@@ -534,6 +534,38 @@ TEST_CASE("matmul_shared gives each matrix what matmul gives it, fused or not", 
   }
 }
 
+TEST_CASE("a matrix of many chunks of rows gives each row what that row alone gives, tiles and passes alike",
+          "[quant][kernels]") {
+  // matmul runs the tiles and the decode kernel's passes chunk by chunk of
+  // rows (64 with the tiles), each chunk writing its own columns of y: 150
+  // rows are two whole chunks and a part. Each row alone is one chunk. 17
+  // and 20 tokens: decode passes of 16 and a rest; 38 and 70: the tiles'
+  // whole groups and a rest on the decode kernel (AVX-512 Q8_0x16: 32 + 6).
+  const std::int64_t rows = 150, cols = 512;
+  for (const k::Isa isa : {k::Isa::Avx512Bf16Vnni, k::Isa::Avx2, k::Isa::Portable}) {
+    if (!can_run(isa)) continue;
+    for (DType t : {DType::Q8_0, DType::Q8_0x16, DType::Q4_0, DType::Q4_K, DType::Q6_K, DType::IQ4_NL, DType::BF16}) {
+      const Matrix m(t, normal(static_cast<std::size_t>(rows * cols), 31, 0.05f), rows, cols);
+      for (std::size_t n : {1, 5, 17, 20, 38, 70}) {
+        const auto x = normal(n * static_cast<std::size_t>(cols), 32);
+        const std::size_t ldy = static_cast<std::size_t>(rows) + 2;
+        std::vector<float> all(n * ldy, -1.0f), one(n);
+        k::matmul(m.view, x.data(), n, static_cast<std::size_t>(cols), all.data(), ldy, isa);
+        for (std::int64_t r = 0; r < rows; ++r) {
+          const TensorView row{t, m.view.row(r), 1, cols, m.view.row_stride};
+          k::matmul(row, x.data(), n, static_cast<std::size_t>(cols), one.data(), 1, isa);
+          for (std::size_t j = 0; j < n; ++j) {
+            INFO(dtype_name(t) << " isa " << k::to_string(isa) << " n " << n << " row " << r << " token " << j);
+            REQUIRE(all[j * ldy + static_cast<std::size_t>(r)] == Approx(one[j]).epsilon(1e-5).margin(1e-6));
+          }
+        }
+        for (std::size_t j = 0; j < n; ++j)  // nothing written past the rows
+          for (std::size_t c = static_cast<std::size_t>(rows); c < ldy; ++c) REQUIRE(all[j * ldy + c] == -1.0f);
+      }
+    }
+  }
+}
+
 TEST_CASE("quantisers reject values their type cannot hold, and blocks too small for a scale become zeros", "[quant][errors]") {
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
   for (DType t : kFileTypes) {

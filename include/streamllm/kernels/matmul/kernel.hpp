@@ -92,8 +92,9 @@ struct MatmulKernel {
   PackedPrefillFn prefill_packed = nullptr;
   // The tiles' group of tokens, and the rest past whole groups that goes to
   // the decode kernel instead (0: none does): a rest of a few tokens costs
-  // the tiles a whole group of arithmetic, the decode kernel one more read
-  // of the weights.
+  // the tiles a whole group of arithmetic, the decode kernel a pass over
+  // rows the tiles have just read (from L2 with packed tokens, matmul.hpp;
+  // else one more read of the weights).
   std::size_t tile_tokens = 0;
   std::size_t tail_tokens = 0;
   // The row's int8 activations (its decode kernel's and its tiles') are

@@ -21,21 +21,109 @@
 
 namespace streamllm::kernels {
 
-// Few tokens: the rows in chunks over the threads, in passes of up to
-// kernel.decode_tokens (each pass reads the weights again), each pass's
-// tokens quantised first where the kernel reads int8.
-inline void decode(const MatmulKernel& kernel, const TensorView& w, const float* x, std::size_t n, std::size_t ldx, float* y,
-                   std::size_t ldy) {
-  const auto m = static_cast<std::size_t>(w.rows), k = static_cast<std::size_t>(w.cols);
-  for (std::size_t t0 = 0; t0 < n; t0 += kernel.decode_tokens) {
-    const std::size_t nt = std::min(kernel.decode_tokens, n - t0);
-    const float* xt = x + t0 * ldx;
-    float* yt = y + t0 * ldy;
-    const DecodeInput in{xt, ldx, kernel.quantize ? kernel.quantize(xt, ldx, nt, k) : nullptr};
-    parallel_chunks(m, gemv_chunk_rows(static_cast<std::size_t>(w.row_stride), m, nt), m * k * nt,
-                    [&](std::size_t r0, std::size_t r1) { kernel.decode(w, r0, r1, in, nt, yt, ldy); });
-  }
+// One product of matmul_shared: y[n][ldy] = x W^T.
+struct MatmulTarget {
+  const TensorView* w;
+  float* y;
+  std::size_t ldy;
+};
+
+namespace detail {
+// Rows [r0, r1) of w, as a matrix of their own.
+inline TensorView row_range(const TensorView& w, std::size_t r0, std::size_t r1) {
+  return {w.type, w.row(static_cast<std::int64_t>(r0)), static_cast<std::int64_t>(r1 - r0), w.cols, w.row_stride};
 }
+
+// Rows per chunk where the tiles run: one block of the int8 tiles' rows
+// (kMc, on both ISAs), whose weights (64 rows of up to 6 KB: w_down of
+// TinyLlama in Q8_0) stay in L2 from the tiles to the decode kernel.
+inline constexpr std::size_t kTiledChunkRows = 64;
+
+// n tokens as the decode kernels read them, in passes of `pass`: each
+// pass's tokens quantised where the kernels read int8. All passes run in one
+// parallel loop, so each keeps its quantisation in a buffer of its own (the
+// quantiser's is one per thread).
+inline std::span<const DecodeInput> decode_inputs(const MatmulKernel& kernel, const float* x, std::size_t n, std::size_t ldx,
+                                                  std::size_t k, std::size_t pass) {
+  static thread_local std::vector<QuantizedActivations> quantized;
+  static thread_local std::vector<DecodeInput> inputs;
+  const std::size_t passes = (n + pass - 1) / pass;
+  if (quantized.size() < passes) quantized.resize(passes);
+  inputs.clear();
+  for (std::size_t p = 0; p < passes; ++p) {
+    const float* xt = x + p * pass * ldx;
+    const QuantizedActivations* xa = kernel.quantize ? kernel.quantize(xt, ldx, std::min(pass, n - p * pass), k) : nullptr;
+    if (xa && passes > 1) xa = &(quantized[p] = *xa);  // copies into the buffer's own memory: no allocation once grown
+    inputs.push_back({xt, ldx, xa});
+  }
+  return inputs;
+}
+
+// Several matrices against the same n tokens (one, or wq, wk and wv whose
+// kernels read the tokens alike): the first `tiled` tokens on the tiles,
+// the rest on the decode kernels in passes of `pass`. The rows of all the
+// matrices are chunks of one parallel loop, which runs the tiles and every
+// pass of a chunk in turn: the weights come from memory once, and the later
+// passes (a chat turn of 38 tokens: 32 on the tiles, 6 on the decode
+// kernel; or 20 on the decode kernel in passes of 16 and 4) read them from
+// L2. One fork-join for all, and the small matrices' chunks fill the
+// threads' tails.
+inline void matmul_in_row_chunks(std::span<const MatmulTarget> targets, std::span<const MatmulKernel* const> kernels,
+                                 const float* x, std::size_t n, std::size_t ldx, std::size_t tiled, std::size_t pass) {
+  const MatmulKernel& first = *kernels[0];
+  const auto k = static_cast<std::size_t>(targets[0].w->cols);
+  const void* packed = tiled > 0 ? first.pack(x, ldx, tiled, k) : nullptr;
+  const std::span<const DecodeInput> passes =
+      tiled < n ? decode_inputs(first, x + tiled * ldx, n - tiled, ldx, k, pass) : std::span<const DecodeInput>{};
+  struct Chunk {
+    const MatmulTarget* target;
+    const MatmulKernel* kernel;
+    std::size_t r0, r1;
+  };
+  static thread_local std::vector<Chunk> chunks;
+  chunks.clear();
+  std::size_t work = 0;
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    const auto m = static_cast<std::size_t>(targets[i].w->rows);
+    const std::size_t rows =
+        tiled > 0 ? kTiledChunkRows : gemv_chunk_rows(static_cast<std::size_t>(targets[i].w->row_stride), m, std::min(pass, n));
+    for (std::size_t r0 = 0; r0 < m; r0 += rows) chunks.push_back({&targets[i], kernels[i], r0, std::min(m, r0 + rows)});
+    work += m * k * n;
+  }
+  const Chunk* list = chunks.data();  // the workers must not read their own thread_local
+  parallel_chunks(chunks.size(), 1, work, [&](std::size_t c0, std::size_t c1) {
+    for (std::size_t c = c0; c < c1; ++c) {
+      const Chunk& ch = list[c];
+      const MatmulTarget& t = *ch.target;
+      if (tiled > 0) ch.kernel->prefill_packed(row_range(*t.w, ch.r0, ch.r1), packed, tiled, t.y + ch.r0, t.ldy);
+      for (std::size_t p = 0; p < passes.size(); ++p) {
+        const std::size_t t0 = tiled + p * pass;
+        ch.kernel->decode(*t.w, ch.r0, ch.r1, passes[p], std::min(pass, n - t0), t.y + t0 * t.ldy, t.ldy);
+      }
+    }
+  });
+}
+
+// The targets' kernels (the rows of their types) over n tokens, if
+// matmul_in_row_chunks can run them together: the same split of the tokens,
+// tiles that read the same packing of them, decode kernels that read them
+// alike; returns the decode kernels' pass, else 0.
+inline std::size_t row_chunks_pass(std::span<const MatmulTarget> targets, std::span<const MatmulKernel* const> kernels,
+                                   std::size_t n) {
+  const MatmulKernel& first = *kernels[0];
+  const std::size_t tiled = first.decode_from(n);
+  if (tiled > 0 && (!first.pack || !first.prefill_packed)) return 0;
+  std::size_t pass = n;
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    const MatmulKernel& r = *kernels[i];
+    if (targets[i].w->cols != targets[0].w->cols || r.decode_from(n) != tiled || r.pack != first.pack ||
+        r.prefill_packed != first.prefill_packed || r.activations != first.activations || r.quantize != first.quantize)
+      return 0;
+    pass = std::min(pass, r.decode_tokens);
+  }
+  return pass;
+}
+}  // namespace detail
 
 // y[n][ldy] = x[n][ldx] * W^T, for the first W.rows outputs of each row of y.
 inline void matmul(const TensorView& w, const float* x, std::size_t n, std::size_t ldx, float* y, std::size_t ldy,
@@ -43,8 +131,14 @@ inline void matmul(const TensorView& w, const float* x, std::size_t n, std::size
   if (n == 0) return;
   const MatmulKernel& kernel = matmul_kernel(w.type, isa);
   const std::size_t tiled = kernel.decode_from(n);
-  if (tiled > 0) kernel.prefill(w, x, tiled, ldx, y, ldy);
-  if (tiled < n) decode(kernel, w, x + tiled * ldx, n - tiled, ldx, y + tiled * ldy, ldy);
+  if (tiled > 0 && (!kernel.pack || !kernel.prefill_packed)) {  // tiles of their own (bf16, f32), then the rest
+    kernel.prefill(w, x, tiled, ldx, y, ldy);
+    if (tiled == n) return;
+    return matmul(w, x + tiled * ldx, n - tiled, ldx, y + tiled * ldy, ldy, isa);
+  }
+  const MatmulTarget target[] = {{&w, y, ldy}};
+  const MatmulKernel* const kernels[] = {&kernel};
+  detail::matmul_in_row_chunks(target, kernels, x, n, ldx, tiled, kernel.decode_tokens);
 }
 
 // f32 rows in place (not a view): the classifier of a model built in memory, tests.
@@ -63,87 +157,20 @@ inline void matmul_f32(const float* w, std::size_t m, std::size_t k, const float
     gemm<GemmF32>(F32RowSource{w, k}, m, k, x, ldx, n, y, ldy);
 }
 
-// One product of matmul_shared: y[n][ldy] = x W^T.
-struct MatmulTarget {
-  const TensorView* w;
-  float* y;
-  std::size_t ldy;
-};
-
-namespace detail {
-// Decode of several matrices whose kernels read the same int8 layout: the
-// tokens quantised once, and the rows of all the matrices chunks of one
-// parallel loop: one fork-join instead of several, and the small matrices'
-// chunks fill the threads' tails.
-inline void decode_shared(std::span<const MatmulTarget> targets, std::span<const MatmulKernel* const> kernels, const float* x,
-                          std::size_t n, std::size_t ldx) {
-  const auto k = static_cast<std::size_t>(targets[0].w->cols);
-  const DecodeInput in{x, ldx, kernels[0]->quantize(x, ldx, n, k)};
-  struct Chunk {
-    const MatmulTarget* target;
-    const MatmulKernel* kernel;
-    std::size_t r0, r1;
-  };
-  static thread_local std::vector<Chunk> chunks;
-  chunks.clear();
-  std::size_t work = 0;
-  for (std::size_t i = 0; i < targets.size(); ++i) {
-    const auto m = static_cast<std::size_t>(targets[i].w->rows);
-    const std::size_t rows = gemv_chunk_rows(static_cast<std::size_t>(targets[i].w->row_stride), m, n);
-    for (std::size_t r0 = 0; r0 < m; r0 += rows) chunks.push_back({&targets[i], kernels[i], r0, std::min(m, r0 + rows)});
-    work += m * k * n;
-  }
-  const Chunk* list = chunks.data();  // the workers must not read their own thread_local
-  parallel_chunks(chunks.size(), 1, work, [&](std::size_t c0, std::size_t c1) {
-    for (std::size_t c = c0; c < c1; ++c)
-      list[c].kernel->decode(*list[c].target->w, list[c].r0, list[c].r1, in, n, list[c].target->y, list[c].target->ldy);
-  });
-}
-}  // namespace detail
-
 // Several matrices against the same activations (wq, wk, wv; w_gate, w_up).
-// Where their decode kernels read the same int8 layout at the same limit
-// (Q4_K with Q6_K, as a Q4_K_M file mixes them), the tokens are quantised once for all
-// (detail::decode_shared); where their tiles read the same packed tokens,
-// whatever their formats, the tokens are packed once. Otherwise one matmul
-// per target.
+// Where their kernels read the tokens alike (Q4_K with Q6_K, as a Q4_K_M
+// file mixes them: the same int8 layout at the same limit, the same packing
+// for the tiles), the tokens are quantised and packed once for all, and all
+// run in one parallel loop (detail::matmul_in_row_chunks). Otherwise one
+// matmul per target.
 inline void matmul_shared(std::span<const MatmulTarget> targets, const float* x, std::size_t n, std::size_t ldx,
                           Isa isa = active_isa()) {
   if (n == 0 || targets.empty()) return;
   static thread_local std::vector<const MatmulKernel*> kernels;
   kernels.clear();
   for (const MatmulTarget& t : targets) kernels.push_back(&matmul_kernel(t.w->type, isa));
-  const MatmulKernel& first = *kernels[0];
-  const auto k = static_cast<std::size_t>(targets[0].w->cols);
-  auto all = [&](auto&& same) {
-    for (std::size_t i = 0; i < targets.size(); ++i)
-      if (static_cast<std::size_t>(targets[i].w->cols) != k || !same(*kernels[i])) return false;
-    return true;
-  };
-  // The targets from token t0 > 0 on (a copy: rarely taken, passes and rests).
-  auto from_token = [&](std::size_t t0) {
-    std::vector<MatmulTarget> rest(targets.begin(), targets.end());
-    for (MatmulTarget& t : rest) t.y += t0 * t.ldy;
-    return rest;
-  };
-  const std::size_t tiled = first.decode_from(n);
-  if (first.quantize && tiled == 0 && all([&](const MatmulKernel& r) {
-        return r.activations == first.activations && r.quantize == first.quantize && r.decode_from(n) == 0;
-      })) {
-    std::size_t pass = n;  // the decode kernels' passes: as many tokens as all take
-    for (const MatmulKernel* r : kernels) pass = std::min(pass, r->decode_tokens);
-    detail::decode_shared(targets, kernels, x, std::min(pass, n), ldx);
-    for (std::size_t t0 = pass; t0 < n; t0 += pass)
-      detail::decode_shared(from_token(t0), kernels, x + t0 * ldx, std::min(pass, n - t0), ldx);
-    return;
-  }
-  if (first.pack && tiled > 0 && all([&](const MatmulKernel& r) { return r.pack == first.pack && r.decode_from(n) == tiled; })) {
-    const void* packed = first.pack(x, ldx, tiled, k);
-    for (std::size_t i = 0; i < targets.size(); ++i)
-      kernels[i]->prefill_packed(*targets[i].w, packed, tiled, targets[i].y, targets[i].ldy);
-    if (tiled < n) matmul_shared(from_token(tiled), x + tiled * ldx, n - tiled, ldx, isa);
-    return;
-  }
+  if (const std::size_t pass = detail::row_chunks_pass(targets, kernels, n); pass > 0)
+    return detail::matmul_in_row_chunks(targets, kernels, x, n, ldx, kernels[0]->decode_from(n), pass);
   for (const MatmulTarget& t : targets) matmul(*t.w, x, n, ldx, t.y, t.ldy, isa);
 }
 
