@@ -228,8 +228,9 @@ TEST_CASE("every row of the kernel table is complete, and its decode kernel equa
         for (std::size_t n = 1; n <= row.decode_tokens; ++n) {
           const auto x = normal(n * ucols, 9);
           std::vector<float> fast(n * urows), twin(fast.size());
-          row.decode(m.view, 0, urows, {x.data(), ucols, row.quantize ? row.quantize(x.data(), ucols, n, ucols) : nullptr}, n,
-                     fast.data(), urows);
+          k::QuantizedActivations own;  // the row's layout
+          if (row.quantize) row.quantize(x.data(), ucols, n, ucols, own);
+          row.decode(m.view, 0, urows, {x.data(), ucols, row.quantize ? &own : nullptr}, n, fast.data(), urows);
           k::QuantizedActivations xa;
           k::quantize_activations(x.data(), ucols, n, ucols, xa, static_cast<float>(row.activation_limit));
           const k::DecodeRowsFn twin_decode = row.twin ? row.twin : row.decode;

@@ -57,9 +57,9 @@ struct DecodeInput {
 // Rows [r0, r1) of w against n tokens: y[t][r] = W[r] . x[t].
 using DecodeRowsFn = void (*)(const TensorView& w, std::size_t r0, std::size_t r1, const DecodeInput& in, std::size_t n, float* y,
                               std::size_t ldy);
-// The n tokens of x quantised for a layout, in the calling thread's buffer
-// (valid until its next call; workers of a parallel loop must be handed the pointer).
-using QuantizeTokensFn = const QuantizedActivations* (*)(const float* x, std::size_t ldx, std::size_t n, std::size_t k);
+// The n tokens of x quantised for a layout, into the caller's buffer (its
+// memory grows to the largest call and stays: no allocation per call).
+using QuantizeTokensFn = void (*)(const float* x, std::size_t ldx, std::size_t n, std::size_t k, QuantizedActivations& out);
 // y = x W^T for many tokens (the tiles).
 using PrefillFn = void (*)(const TensorView& w, const float* x, std::size_t n, std::size_t ldx, float* y, std::size_t ldy);
 // The tokens packed for a family of tiles, and the tiles over them: the

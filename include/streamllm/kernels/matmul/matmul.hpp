@@ -40,9 +40,9 @@ inline TensorView row_range(const TensorView& w, std::size_t r0, std::size_t r1)
 inline constexpr std::size_t kTiledChunkRows = 64;
 
 // n tokens as the decode kernels read them, in passes of `pass`: each
-// pass's tokens quantised where the kernels read int8. All passes run in one
-// parallel loop, so each keeps its quantisation in a buffer of its own (the
-// quantiser's is one per thread).
+// pass's tokens quantised where the kernels read int8, in a buffer of the
+// calling thread's per pass (all passes run in one parallel loop; the
+// workers are handed the pointers).
 inline std::span<const DecodeInput> decode_inputs(const MatmulKernel& kernel, const float* x, std::size_t n, std::size_t ldx,
                                                   std::size_t k, std::size_t pass) {
   static thread_local std::vector<QuantizedActivations> quantized;
@@ -52,9 +52,8 @@ inline std::span<const DecodeInput> decode_inputs(const MatmulKernel& kernel, co
   inputs.clear();
   for (std::size_t p = 0; p < passes; ++p) {
     const float* xt = x + p * pass * ldx;
-    const QuantizedActivations* xa = kernel.quantize ? kernel.quantize(xt, ldx, std::min(pass, n - p * pass), k) : nullptr;
-    if (xa && passes > 1) xa = &(quantized[p] = *xa);  // copies into the buffer's own memory: no allocation once grown
-    inputs.push_back({xt, ldx, xa});
+    if (kernel.quantize) kernel.quantize(xt, ldx, std::min(pass, n - p * pass), k, quantized[p]);
+    inputs.push_back({xt, ldx, kernel.quantize ? &quantized[p] : nullptr});
   }
   return inputs;
 }
@@ -106,19 +105,18 @@ inline void matmul_in_row_chunks(std::span<const MatmulTarget> targets, std::spa
 
 // The targets' kernels (the rows of their types) over n tokens, if
 // matmul_in_row_chunks can run them together: the same split of the tokens,
-// tiles that read the same packing of them, decode kernels that read them
-// alike; returns the decode kernels' pass, else 0.
+// tiles (of any format) that read the same packing of them, decode kernels
+// that read them alike; returns the decode kernels' pass, else 0.
 inline std::size_t row_chunks_pass(std::span<const MatmulTarget> targets, std::span<const MatmulKernel* const> kernels,
                                    std::size_t n) {
   const MatmulKernel& first = *kernels[0];
   const std::size_t tiled = first.decode_from(n);
-  if (tiled > 0 && (!first.pack || !first.prefill_packed)) return 0;
   std::size_t pass = n;
   for (std::size_t i = 0; i < targets.size(); ++i) {
     const MatmulKernel& r = *kernels[i];
-    if (targets[i].w->cols != targets[0].w->cols || r.decode_from(n) != tiled || r.pack != first.pack ||
-        r.prefill_packed != first.prefill_packed || r.activations != first.activations || r.quantize != first.quantize)
-      return 0;
+    const bool same_tiles = tiled == 0 || (r.pack && r.prefill_packed && r.pack == first.pack);
+    const bool same_rest = tiled == n || (r.activations == first.activations && r.quantize == first.quantize);
+    if (targets[i].w->cols != targets[0].w->cols || r.decode_from(n) != tiled || !same_tiles || !same_rest) return 0;
     pass = std::min(pass, r.decode_tokens);
   }
   return pass;

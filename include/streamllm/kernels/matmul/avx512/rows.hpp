@@ -94,19 +94,15 @@ inline void decode_unsigned_blocks(const TensorView& w, std::size_t r0, std::siz
   with_token_count(n, [&]<int NT>() { gemv_unsigned_blocks_rows<Block, NT>(r0, r1, w.data, stride, *in.xa, y, ldy); });
 }
 
-inline const QuantizedActivations* quantize_tokens(const float* x, std::size_t ldx, std::size_t n, std::size_t k) {
-  static thread_local QuantizedActivations xa;
-  quantize_activations_avx512(x, ldx, n, k, xa);
-  return &xa;
+inline void quantize_tokens(const float* x, std::size_t ldx, std::size_t n, std::size_t k, QuantizedActivations& out) {
+  quantize_activations_avx512(x, ldx, n, k, out);
 }
 
 // The tokens quantised, then interleaved for the 16-block groups of Row's rows.
 template <class Row>
-inline const QuantizedActivations* quantize_tokens_for_groups(const float* x, std::size_t ldx, std::size_t n, std::size_t k) {
-  static thread_local QuantizedActivations xa;
-  quantize_activations_avx512(x, ldx, n, k, xa);
-  interleave_groups_avx512(xa, Row::kGroupShift);
-  return &xa;
+inline void quantize_tokens_for_groups(const float* x, std::size_t ldx, std::size_t n, std::size_t k, QuantizedActivations& out) {
+  quantize_activations_avx512(x, ldx, n, k, out);
+  interleave_groups_avx512(out, Row::kGroupShift);
 }
 
 inline void row_to_f32(DType t, const std::byte* src, std::size_t cols, float* dst) {

@@ -64,13 +64,10 @@ inline void decode_unsigned_blocks(const TensorView& w, std::size_t r0, std::siz
   gemv_unsigned_blocks(w, *in.xa, n, y, ldy, r0, r1);
 }
 
-// The tokens as int8 activations of at most Limit either way (a row's
-// activation_limit), each limit in a buffer of its own.
+// The tokens as int8 activations of at most Limit either way (a row's activation_limit).
 template <int Limit>
-inline const QuantizedActivations* quantize_tokens_to(const float* x, std::size_t ldx, std::size_t n, std::size_t k) {
-  static thread_local QuantizedActivations xa;
-  quantize_activations(x, ldx, n, k, xa, static_cast<float>(Limit));
-  return &xa;
+inline void quantize_tokens_to(const float* x, std::size_t ldx, std::size_t n, std::size_t k, QuantizedActivations& out) {
+  quantize_activations(x, ldx, n, k, out, static_cast<float>(Limit));
 }
 inline constexpr QuantizeTokensFn quantize_tokens = quantize_tokens_to<127>;
 
