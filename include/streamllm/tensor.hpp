@@ -23,6 +23,8 @@ struct TensorView {
   const std::byte* row(std::int64_t r) const { return data + r * row_stride; }
   const float* f32_row(std::int64_t r) const { return reinterpret_cast<const float*>(row(r)); }
   std::int64_t bytes() const { return rows * row_stride; }
+  // Rows [begin, end), as a matrix of their own (the same memory).
+  TensorView row_range(std::int64_t begin, std::int64_t end) const { return {type, row(begin), end - begin, cols, row_stride}; }
 
   static TensorView dense(DType t, const void* p, std::int64_t rows, std::int64_t cols) {
     return {t, static_cast<const std::byte*>(p), rows, cols, row_bytes(t, cols)};

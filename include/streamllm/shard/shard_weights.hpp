@@ -57,9 +57,7 @@ struct ShardStorage {
   AlignedVector<std::byte> columns;
 };
 
-inline TensorView row_slice(const TensorView& t, SliceBounds r) {
-  return {t.type, t.row(r.begin), r.size(), t.cols, t.row_stride};
-}
+inline TensorView row_slice(const TensorView& t, SliceBounds r) { return t.row_range(r.begin, r.end); }
 
 // Takes a mapped file's pages of `t` out of this process (they stay in the
 // page cache): copying a column slice reads every page of the matrix, and a

@@ -29,11 +29,6 @@ struct MatmulTarget {
 };
 
 namespace detail {
-// Rows [r0, r1) of w, as a matrix of their own.
-inline TensorView row_range(const TensorView& w, std::size_t r0, std::size_t r1) {
-  return {w.type, w.row(static_cast<std::int64_t>(r0)), static_cast<std::int64_t>(r1 - r0), w.cols, w.row_stride};
-}
-
 // Rows per chunk where the tiles run: one block of the int8 tiles' rows
 // (kMc, on both ISAs), whose weights (64 rows of up to 6 KB: w_down of
 // TinyLlama in Q8_0) stay in L2 from the tiles to the decode kernel.
@@ -94,7 +89,9 @@ inline void matmul_in_row_chunks(std::span<const MatmulTarget> targets, std::spa
     for (std::size_t c = c0; c < c1; ++c) {
       const Chunk& ch = list[c];
       const MatmulTarget& t = *ch.target;
-      if (tiled > 0) ch.kernel->prefill_packed(row_range(*t.w, ch.r0, ch.r1), packed, tiled, t.y + ch.r0, t.ldy);
+      if (tiled > 0)
+        ch.kernel->prefill_packed(t.w->row_range(static_cast<std::int64_t>(ch.r0), static_cast<std::int64_t>(ch.r1)), packed,
+                                  tiled, t.y + ch.r0, t.ldy);
       for (std::size_t p = 0; p < passes.size(); ++p) {
         const std::size_t t0 = tiled + p * pass;
         ch.kernel->decode(*t.w, ch.r0, ch.r1, passes[p], std::min(pass, n - t0), t.y + t0 * t.ldy, t.ldy);
