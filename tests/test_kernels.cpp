@@ -1,6 +1,11 @@
 // Every vector kernel against its scalar twin, on sizes that leave tails.
+#include <omp.h>
+
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "common.hpp"
@@ -105,6 +110,40 @@ TEST_CASE("axpy and scale equal their scalar twins on odd sizes", "[kernels]") {
     k::scalar::scale(-1.7f, want.data(), n);
     require_close(got, want, 1e-6f);
   }
+}
+
+TEST_CASE("parallel_chunks hands every chunk to one thread once, a stalled thread's run to the others", "[kernels]") {
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(std::max(2, saved));
+  for (const std::size_t total : {std::size_t(1), std::size_t(7), std::size_t(64), std::size_t(1001)})
+    for (const std::size_t chunk : {std::size_t(1), std::size_t(3), std::size_t(16)}) {
+      const std::size_t chunks = (total + chunk - 1) / chunk;
+      std::vector<std::atomic<int>> seen(total);
+      std::vector<int> owner(chunks, -1);
+      std::atomic<std::size_t> done{0};
+      bool stalled = false, waited_out = false;
+      // Thread 0 stalls in chunk 0 until every other chunk is done: only if
+      // the others take what is left of its run can that happen.
+      k::parallel_chunks(total, chunk, k::kMinParallelWork, [&](std::size_t b, std::size_t e) {
+        const int me = omp_get_thread_num();
+        owner[b / chunk] = me;
+        for (std::size_t i = b; i < e; ++i) seen[i]++;
+        if (me == 0 && b == 0) {
+          stalled = true;
+          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+          while (done.load() + 1 < chunks && !(waited_out = std::chrono::steady_clock::now() > deadline))
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        if (e != std::min(total, b + chunk)) seen[b] = -1000;  // a wrong chunk end
+        done++;
+      });
+      INFO("total " << total << " chunk " << chunk);
+      for (std::size_t i = 0; i < total; ++i) REQUIRE(seen[i] == 1);
+      REQUIRE(!waited_out);
+      if (stalled)
+        for (std::size_t c = 1; c < chunks; ++c) REQUIRE(owner[c] != 0);
+    }
+  omp_set_num_threads(saved);
 }
 
 TEST_CASE("RoPE tables rotate as the textbook formula does, at any position", "[kernels][rope]") {

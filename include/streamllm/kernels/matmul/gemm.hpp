@@ -173,9 +173,10 @@ inline void gemm_packed(const Source& src, std::size_t m, std::size_t k, const t
   const std::size_t group_size = K::packed_size(k);
   const std::size_t pass_groups = std::max<std::size_t>(1, kTokensPerPass / K::kTok);
   const std::size_t ld = pass_groups * K::kTok;  // tokens per row of a pass's sums
-  // Row blocks are taken in turn as threads finish (parallel_chunks): on a
-  // shared host one core can run slower for a while, and a static half each
-  // waits for it. Small matrices (wk, wv) still give each thread several.
+  // Row blocks of a quarter of each thread's share at most (parallel_chunks):
+  // on a shared host one core can run slower for a while, and the other
+  // takes its last blocks instead of waiting. Small matrices (wk, wv) still
+  // give each thread several.
   const auto threads = static_cast<std::size_t>(std::max(1, omp_get_max_threads()));
   const std::size_t quarter = (m + 4 * threads - 1) / (4 * threads);
   const std::size_t chunk = std::min(K::kMc, (quarter + K::kRows - 1) / K::kRows * K::kRows);

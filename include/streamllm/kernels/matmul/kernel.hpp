@@ -121,7 +121,7 @@ struct MatmulKernel {
   }
 };
 
-// Rows per chunk that threads take in turn in the decode kernels: about
+// Rows per chunk of the decode kernels (parallel_chunks): about
 // 256 KB of weights, a few tens of microseconds of streaming, in a number
 // of equal chunks that is a multiple of the thread count: 9 chunks of wq
 // over 2 threads leave one thread a whole chunk alone at the end of every
