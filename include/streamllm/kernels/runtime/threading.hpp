@@ -49,8 +49,8 @@ class ChunkRun {
 
 // Runs body(begin, end) over `total` items in chunks of `chunk`. Each thread
 // owns an equal run of consecutive chunks and takes them front to back, so
-// it reads one stream of memory that the hardware prefetchers follow across
-// chunk boundaries, and a kernel's prefetch of its next block is for itself.
+// it reads one run of memory, and a kernel's prefetch past the end of its
+// chunk (the tiles') is for itself.
 // A thread whose run is done takes single chunks from the back of another's:
 // when one core runs slower for a while (a busy neighbour on a shared host)
 // the loop still ends together. Taken in turn instead (OpenMP's dynamic
