@@ -69,7 +69,8 @@ inline void parallel_chunks(std::size_t total, std::size_t chunk, std::size_t wo
   const std::unique_ptr<detail::ChunkRun[]> runs(new detail::ChunkRun[threads]);
   for (std::size_t t = 0; t < threads; ++t)
     runs[t].assign(static_cast<std::uint32_t>(chunks * t / threads), static_cast<std::uint32_t>(chunks * (t + 1) / threads));
-#pragma omp parallel num_threads(static_cast <int>(threads))
+  const int team = static_cast<int>(threads);
+#pragma omp parallel num_threads(team)
   {
     // A team smaller than asked for leaves runs without an owner: the others take them.
     const auto me = static_cast<std::size_t>(omp_get_thread_num());
