@@ -19,6 +19,7 @@
 #include <cstring>
 #include <utility>
 
+#include "streamllm/kernels/matmul/prefetch_rows.hpp"
 #include "streamllm/kernels/ops/simd.hpp"
 #include "streamllm/kernels/runtime/threading.hpp"
 #include "streamllm/kernels/ops/transpose.hpp"
@@ -130,9 +131,12 @@ inline constexpr std::size_t kTokensPerPass = 512;
 // Where a policy whose micro-kernel writes y itself (token-major, in
 // registers) puts the last slice of k: y at the tile's first token and row,
 // and how many of its tokens are real. Null y: every other slice.
+// With them, what the tile's rows read next (a source's next_slice, for the
+// first group of a pass), which the micro-kernel asks for as it goes.
 struct TokenMajorOut {
   float* y;
   std::size_t ldy, tokens;
+  NextSlice next{};
 };
 
 template <class K>
@@ -198,8 +202,9 @@ inline void gemm_packed(const Source& src, std::size_t m, std::size_t k, const t
               const std::size_t mr = std::min(K::kRows, rows - rt);
               if constexpr (StoresTokenMajor<K>) {
                 const bool last = kb + kc == k;
-                const TokenMajorOut out{last ? y + g * K::kTok * ldy + mb + rt : nullptr, ldy,
-                                        std::min(K::kTok, n - g * K::kTok)};
+                TokenMajorOut out{last ? y + g * K::kTok * ldy + mb + rt : nullptr, ldy, std::min(K::kTok, n - g * K::kTok)};
+                if constexpr (requires { src.next_slice(mb, rows, k, kc); })
+                  if (g == g0) out.next = src.next_slice(mb + rt, rows, kb + kc, kc);
                 K::micro_rows(mr, wp + rt * ldw, ldw, xg, kc, ct, ld, kb > 0, out, std::make_index_sequence<K::kRows>{});
               } else if constexpr (SkipsHalfGroups<K>) {
                 const bool half = n - g * K::kTok <= K::kTok / 2;

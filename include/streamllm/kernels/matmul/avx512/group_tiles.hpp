@@ -53,8 +53,8 @@ STREAMLLM_AVX512 inline void unpack_group_lanes(DType base, const std::byte* gro
 
 // Interleaved rows unpacked a slice of k at a time: a whole group in lane
 // order (Int8Groups), the blocks past the last group as they are
-// (Int8Blocks); each row then asks for the driver's next slice of it
-// (prefetch_rows.hpp).
+// (Int8Blocks). The micro-kernel over some of the rows asks for their
+// next slice as it computes (next_slice, prefetch_rows.hpp).
 struct Int8GroupRows {
   const TensorView* w;
 
@@ -76,9 +76,11 @@ struct Int8GroupRows {
         unpack_group_lanes(base, src, q, o + Int8Groups::scales_at(kc), o + Int8Groups::corrections_at(kc));
       else
         unpack_blocks32(base, src, kc / 32, q, o + Int8Blocks::scales_at(kc), o + Int8Blocks::corrections_at(kc));
-      prefetch_next_slice(*w, r0 + i, rows, k0 + kc, kGroupCols);
     }
     return {out, ld};
+  }
+  NextSlice next_slice(std::size_t r, std::size_t block_rows, std::size_t k1, std::size_t) const {
+    return kernels::next_slice(*w, r, block_rows, k1, kGroupCols);
   }
 };
 
@@ -91,9 +93,9 @@ struct GemmInt8Groups : GemmInt8<Int8Blocks> {
   static void micro_rows(std::size_t rows, const std::byte* w, std::size_t ldw, const std::uint8_t* xp, std::size_t kc, float* c,
                          std::size_t ldc, bool accumulate, TokenMajorOut out, std::index_sequence<MR...> seq) {
     if (kc == kGroupCols)
-      gemm_int8_micro_rows<Int8Groups>(rows, w, ldw, xp, kc, c, ldc, accumulate, out.y, out.ldy, out.tokens, seq);
+      gemm_int8_micro_rows<Int8Groups>(rows, w, ldw, xp, kc, c, ldc, accumulate, out, seq);
     else
-      gemm_int8_micro_rows<Int8Blocks>(rows, w, ldw, xp, kc, c, ldc, accumulate, out.y, out.ldy, out.tokens, seq);
+      gemm_int8_micro_rows<Int8Blocks>(rows, w, ldw, xp, kc, c, ldc, accumulate, out, seq);
   }
 };
 
