@@ -99,7 +99,6 @@ STREAMLLM_AVX512 inline void gemm_int8_micro(const std::byte* w, std::size_t ldw
                                              float* c, std::size_t ldc, bool accumulate, float* y, std::size_t ldy,
                                              std::size_t ntok, const NextSlice& next) {
   constexpr std::size_t kSplit = Format::kSplit, kQuads = 8 / kSplit;
-  static_assert(kQuads % 2 == 0);
   const std::size_t nb = kc / 32;
   const std::byte* scales = w + Format::scales_at(kc);
   const std::byte* corrections = w + Format::corrections_at(kc);
@@ -115,34 +114,40 @@ STREAMLLM_AVX512 inline void gemm_int8_micro(const std::byte* w, std::size_t ldw
     const __m512 dx1 = _mm512_load_ps(reinterpret_cast<const float*>(xb + kInt8QuadBytes + 64));
     for (std::size_t h = 0; h < kSplit; ++h) {
       const std::size_t s = Format::scale_index(b, h);
-      // Two integer chains per accumulator, even quads and odd: one chain of
-      // eight vpdpbusd waited on its own latency (the micro-kernel ran at 60%
-      // of the VNNI peak from L1 on a Zen 5, 74% with two).
-      __m512i s0[MR], s1[MR], t0[MR], t1[MR];
+      // Two integer chains per accumulator where a scale covers eight quads
+      // (even quads and odd): one chain of eight vpdpbusd waited on its own
+      // latency (the micro-kernel ran at 60% of the VNNI peak from L1 on a
+      // Zen 5, 74% with two). Four quads (Q6_K's halves) are short enough,
+      // and two chains of two made Q6_K's pp512 ~8% slower.
+      constexpr std::size_t kChains = kQuads >= 8 ? 2 : 1;
+      __m512i s0[kChains][MR], s1[kChains][MR];
       for (std::size_t i = 0; i < MR; ++i) {
         std::int32_t corr;
         std::memcpy(&corr, corrections + i * ldw + 4 * s, 4);
-        s0[i] = s1[i] = _mm512_set1_epi32(corr);
-        t0[i] = t1[i] = _mm512_setzero_si512();
+        for (std::size_t ch = 0; ch < kChains; ++ch)
+          s0[ch][i] = s1[ch][i] = ch == 0 ? _mm512_set1_epi32(corr) : _mm512_setzero_si512();
       }
-      for (std::size_t j = h * kQuads; j < (h + 1) * kQuads; j += 2) {
-        const __m512i x0 = _mm512_load_si512(xb + j * 128), x1 = _mm512_load_si512(xb + j * 128 + 64);
-        const __m512i z0 = _mm512_load_si512(xb + j * 128 + 128), z1 = _mm512_load_si512(xb + j * 128 + 192);
-        for (std::size_t i = 0; i < MR; ++i) {
-          std::int32_t even, odd;
-          std::memcpy(&even, w + i * ldw + Format::quad_at(b, j), 4);
-          std::memcpy(&odd, w + i * ldw + Format::quad_at(b, j + 1), 4);
-          const __m512i wb = _mm512_set1_epi32(even), wn = _mm512_set1_epi32(odd);
-          s0[i] = _mm512_dpbusd_epi32(s0[i], x0, wb);
-          s1[i] = _mm512_dpbusd_epi32(s1[i], x1, wb);
-          t0[i] = _mm512_dpbusd_epi32(t0[i], z0, wn);
-          t1[i] = _mm512_dpbusd_epi32(t1[i], z1, wn);
+      for (std::size_t j = h * kQuads; j < (h + 1) * kQuads; j += kChains)
+        for (std::size_t ch = 0; ch < kChains; ++ch) {
+          const std::uint8_t* xq = xb + (j + ch) * 128;
+          const __m512i x0 = _mm512_load_si512(xq), x1 = _mm512_load_si512(xq + 64);
+          for (std::size_t i = 0; i < MR; ++i) {
+            std::int32_t quad;
+            std::memcpy(&quad, w + i * ldw + Format::quad_at(b, j + ch), 4);
+            const __m512i wb = _mm512_set1_epi32(quad);
+            s0[ch][i] = _mm512_dpbusd_epi32(s0[ch][i], x0, wb);
+            s1[ch][i] = _mm512_dpbusd_epi32(s1[ch][i], x1, wb);
+          }
         }
-      }
       for (std::size_t i = 0; i < MR; ++i) {
+        __m512i sum0 = s0[0][i], sum1 = s1[0][i];
+        if constexpr (kChains == 2) {
+          sum0 = _mm512_add_epi32(sum0, s0[1][i]);
+          sum1 = _mm512_add_epi32(sum1, s1[1][i]);
+        }
         const __m512 dw = _mm512_set1_ps(load_f32(scales + i * ldw + 4 * s));
-        acc0[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0[i], t0[i])), _mm512_mul_ps(dw, dx0), acc0[i]);
-        acc1[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s1[i], t1[i])), _mm512_mul_ps(dw, dx1), acc1[i]);
+        acc0[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum0), _mm512_mul_ps(dw, dx0), acc0[i]);
+        acc1[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum1), _mm512_mul_ps(dw, dx1), acc1[i]);
       }
     }
     if constexpr (Format::kMins) {
