@@ -131,8 +131,9 @@ inline constexpr std::size_t kTokensPerPass = 512;
 // Where a policy whose micro-kernel writes y itself (token-major, in
 // registers) puts the last slice of k: y at the tile's first token and row,
 // and how many of its tokens are real. Null y: every other slice.
-// With them, what the tile's rows read next (a source's next_slice, for the
-// first group of a pass), which the micro-kernel asks for as it goes.
+// `next`: what the tile's rows are read for next (a source's next_slice; in
+// the first group of a pass only), which the micro-kernel asks for as it
+// computes.
 struct TokenMajorOut {
   float* y;
   std::size_t ldy, tokens;

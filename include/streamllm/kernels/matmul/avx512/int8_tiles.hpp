@@ -117,8 +117,8 @@ STREAMLLM_AVX512 inline void gemm_int8_micro(const std::byte* w, std::size_t ldw
       // Two integer chains per accumulator where a scale covers eight quads
       // (even quads and odd): one chain of eight vpdpbusd waited on its own
       // latency (the micro-kernel ran at 60% of the VNNI peak from L1 on a
-      // Zen 5, 74% with two). Four quads (Q6_K's halves) are short enough,
-      // and two chains of two made Q6_K's pp512 ~8% slower.
+      // Zen 5, 74% with two). Four quads (Q6_K's halves) are short enough:
+      // two chains of two made Gemm512/Q6_K (bench_kernels) ~8% slower.
       constexpr std::size_t kChains = kQuads >= 8 ? 2 : 1;
       __m512i s0[kChains][MR], s1[kChains][MR];
       for (std::size_t i = 0; i < MR; ++i) {
