@@ -2,6 +2,8 @@
 // continuing conversations from the caches it kept, dense and sink+window,
 // with the answers a fresh prefill (or a ChatSession) gives.
 #include <fstream>
+#include <future>
+#include <thread>
 
 #include "common.hpp"
 
@@ -38,15 +40,17 @@ struct ApiConversation {
     r.options.max_new_tokens = max_tokens;
     r.options.continue_text = false;
     r.close_with_eos = true;
-    std::optional<GenerationResult> done;
-    r.on_done = [&](const GenerationResult& g) { done = g; };
+    std::promise<GenerationResult> result;
+    auto done = result.get_future();
+    r.on_done = [&result](const GenerationResult& g) { result.set_value(g); };
     sched.submit(std::move(r));
-    sched.run_until_idle();
-    REQUIRE(done);
-    known.remember(done->text, done->tokens);
-    messages.push_back({Role::Assistant, done->text});
-    return *done;
+    if (!threaded) sched.run_until_idle();  // else the scheduler's own thread (start())
+    const GenerationResult got = done.get();
+    known.remember(got.text, got.tokens);
+    messages.push_back({Role::Assistant, got.text});
+    return got;
   }
+  bool threaded = false;
 };
 
 BatchScheduler<Stories>::Options pooled(std::size_t mib) {
@@ -346,4 +350,81 @@ TEST_CASE("kept caches go to a folder and a new scheduler continues from them", 
       encode_dialog(tok(), next, &known).size() - Llama2ChatTemplate::encode_user_turn(tok(), kTurns[2], "").size();
   const auto got = api.turn(kTurns[2], 16);
   REQUIRE(got.cached_tokens == history);
+}
+
+// A server's scheduler steps on its own thread, and an answer's closing (its
+// last token and EOS) waits for company there: a next turn that comes first
+// takes the cache and feeds them with its own prompt, one forward for both.
+TEST_CASE("a turn that comes while the last answer's closing waits feeds that closing with its prompt", "[scheduler][reuse]") {
+  const test::ScratchDir dir("streamllm-closing");
+  auto o = pooled(64);
+  o.close_wait = std::chrono::minutes(10);  // nothing else runs: every closing waits for the next turn
+  o.pool.dir = dir.path().string();
+  KnownAnswers known;
+  std::vector<ChatMessage> messages;
+  ChatSession<Stories> chat(model(), tok(), std::make_unique<KVCache<Stories>>(), "You tell short stories.");
+  GenerationOptions opt;
+  opt.max_new_tokens = 20;
+  {
+    BatchScheduler<Stories> sched(model(), tok(), o);
+    sched.start();
+    ApiConversation api{sched, {0, 0, Stories::MaxSeq}, known, {{Role::System, "You tell short stories."}}, true};
+    TokenId last = -1;
+    for (int i = 0; i < 6; ++i) {
+      const std::size_t history = chat.history().size();
+      chat.ask(kTurns[i], opt, nullptr);
+      const auto got = api.turn(kTurns[i], 20);
+      INFO("turn " << i + 1);
+      REQUIRE(got.text == chat.turns().back().answer_text);
+      REQUIRE(got.cached_tokens == history);
+      REQUIRE(got.prefilled_tokens() == chat.turns().back().prompt.size());
+      // The previous answer's last token, and EOS unless that was it.
+      REQUIRE(got.closing_tokens == (i == 0 ? 0u : last == tok().eos() ? 1u : 2u));
+      last = got.tokens.back();
+      // A waiting closing is a kept conversation, not a running sequence
+      // (counted so once the step that ended it is over).
+      for (int wait = 0; wait < 1000 && sched.active() > 0; ++wait) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      REQUIRE(sched.active() == 0);
+      REQUIRE(sched.pool_entries() == 1);
+    }
+    messages = api.messages;
+    // Draining feeds the last closing (nothing will come to take it): the
+    // cache saved holds the whole history, which the next scheduler finds.
+    sched.drain(std::chrono::minutes(1));
+  }
+  BatchScheduler<Stories> next(model(), tok(), o);
+  ApiConversation api{next, {0, 0, Stories::MaxSeq}, known, messages};
+  const std::size_t history = chat.history().size();
+  chat.ask(kTurns[6], opt, nullptr);
+  const auto got = api.turn(kTurns[6], 20);
+  REQUIRE(got.text == chat.turns().back().answer_text);
+  REQUIRE(got.cached_tokens == history);
+  REQUIRE(got.closing_tokens == 0);
+}
+
+TEST_CASE("a closing that no turn comes for runs alone after close_wait, and the cache is kept whole", "[scheduler][reuse]") {
+  auto o = pooled(64);
+  o.close_wait = std::chrono::milliseconds(20);
+  KnownAnswers known;
+  BatchScheduler<Stories> sched(model(), tok(), o);
+  sched.start();
+  ApiConversation api{sched, {4, 60, 0}, known, {{Role::System, "You tell short stories."}}, true};
+  ChatSession<Stories> chat(model(), tok(), std::make_unique<DynamicSinkWindowKVCache<Stories>>(4, 60),
+                            "You tell short stories.");
+  GenerationOptions opt;
+  opt.max_new_tokens = 30;
+  for (int i = 0; i < 4; ++i) {
+    const std::size_t history = chat.history().size();
+    chat.ask(kTurns[i], opt, nullptr);
+    const auto got = api.turn(kTurns[i], 30);
+    INFO("turn " << i + 1);
+    REQUIRE(got.text == chat.turns().back().answer_text);
+    REQUIRE(got.cached_tokens == history);
+    REQUIRE(got.closing_tokens == 0);  // the turn came after it had run
+    // The closing runs by itself and the cache goes to the pool.
+    for (int wait = 0; wait < 1000 && (sched.active() > 0 || sched.closing() > 0); ++wait)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    REQUIRE(sched.closing() == 0);
+    REQUIRE(sched.pool_entries() == 1);
+  }
 }

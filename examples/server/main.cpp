@@ -47,6 +47,10 @@ int main(int argc, char** argv) {
   app.add_option("--step-tokens", o.step_tokens, "tokens per batched step (decodes, then prompt chunks)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--close-wait-ms", o.close_wait_ms,
+                 "how long an answer's last tokens wait to go into its cache with the next forward or the next turn")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--sinks", o.sinks, "attention sinks of each conversation's cache")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);

@@ -74,6 +74,9 @@ struct GenerationResult {
   std::string text;                    // what the callback was handed
   std::size_t prompt_tokens = 0;
   std::size_t cached_tokens = 0;  // prompt tokens found in a cache rather than prefilled
+  // Of those, the previous answer's last ones that the scheduler had not yet
+  // fed when this request came: they go in with this prompt (scheduler.hpp).
+  std::size_t closing_tokens = 0;
   StopReason stop = StopReason::MaxTokens;
   std::string error;                 // the failure, when stop == Error
   double time_to_first_token_s = 0;  // request start to the first generated token

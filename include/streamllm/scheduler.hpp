@@ -13,7 +13,9 @@
 // one has prefilled the shared part (a long system prompt sent by many
 // clients at once is prefilled once). When it ends, its cache is closed (the
 // last sampled token, and for a chat answer EOS, fed) and kept, with the ids
-// it holds, for the request that continues the conversation.
+// it holds, for the request that continues the conversation. A closing rides
+// along with the next forward, or with the conversation's next turn when
+// that comes first (SchedulerOptions::close_wait).
 #pragma once
 
 #include <algorithm>
@@ -62,6 +64,15 @@ struct SchedulerOptions {
   // A sequence whose prompt starts with what a running one is prefilling
   // waits for it and copies its cache instead of prefilling that part too.
   bool share_prefixes = true;
+  // How long a closing (an answer's last token, and EOS, still to go into
+  // its cache) waits for a forward to ride along with, where the scheduler
+  // steps on its own thread (start()): another sequence's step, or the
+  // conversation's next turn, which then takes the cache and feeds those
+  // tokens with its prompt in one forward. A client that replies at once (an
+  // agent, a benchmark) saves a whole pass over the weights per turn, one
+  // that replies later waits for nothing: the closing has run by then. 0:
+  // closings run at once, as they do where the caller steps.
+  std::chrono::milliseconds close_wait{100};
 };
 
 // What a sequence asks of the scheduler, apart from a cache of its own
@@ -132,14 +143,7 @@ class BatchScheduler {
 
   // One batched forward over every active sequence; false when there was
   // nothing to do. Call from one thread (or use start()).
-  bool step() {
-    admit();
-    if (active_.empty()) return false;
-    plan();
-    if (!batch_.empty()) run_batch();
-    retire();
-    return true;
-  }
+  bool step() { return advance(false); }
 
   // Steps until every submitted sequence has ended.
   void run_until_idle() {
@@ -151,11 +155,14 @@ class BatchScheduler {
     if (worker_.joinable()) return;
     stopping_ = false;
     worker_ = std::thread([this] {
+      const auto news = [this] { return stopping_ || !incoming_.empty() || !cancelled_.empty(); };
       while (!stopping_) {
-        if (!step()) {
-          std::unique_lock lock(mu_);
-          cv_.wait(lock, [this] { return stopping_ || !incoming_.empty() || !cancelled_.empty(); });
-        }
+        const bool worked = advance(true);
+        std::unique_lock lock(mu_);
+        if (!worked)
+          cv_.wait(lock, news);
+        else if (batch_.empty() && close_due_ != Clock::time_point::max())          // closings waiting for company (plan())
+          cv_.wait_until(lock, close_due_, [&] { return news() || !accepting_; });  // a drain: none will come
       }
     });
   }
@@ -166,9 +173,10 @@ class BatchScheduler {
     {
       std::lock_guard lock(mu_);
       accepting_ = false;
+      cv_.notify_all();  // closings waiting for company run now: none will come
     }
     const auto deadline = Clock::now() + grace;
-    while (Clock::now() < deadline && (active() > 0 || waiting() > 0)) {
+    while (Clock::now() < deadline && (active() > 0 || waiting() > 0 || closing() > 0)) {
       if (!worker_.joinable())
         step();
       else
@@ -192,15 +200,19 @@ class BatchScheduler {
     publish();
   }
 
+  // Sequences running (not counting ended ones whose closing waits).
   std::size_t active() const {
     std::lock_guard lock(mu_);
     return active_count_;
   }
+  // Ended sequences whose closing has not run yet (waiting for company, plan()).
+  std::size_t closing() const { return closing_count_; }
   std::size_t waiting() const {
     std::lock_guard lock(mu_);
     return incoming_.size();
   }
-  // Bytes of the caches kept for reuse (memory), and how many there are.
+  // Bytes of the caches kept for reuse (memory), and how many there are:
+  // those in the pool, and those whose closing waits (plan()).
   std::size_t pool_bytes() const { return pool_bytes_; }
   std::size_t pool_entries() const { return pool_entries_; }
   const Options& options() const { return opt_; }
@@ -239,7 +251,19 @@ class BatchScheduler {
     bool reported = false;
     SequenceId source = 0;  // Waiting: whose cache, up to `wait_for` tokens
     std::size_t wait_for = 0;
+    Clock::time_point closes_by;  // Closing: when it runs even alone
   };
+
+  // admit, plan, run, retire. `closings_wait`: a closing with no forward to
+  // ride along with waits (close_wait) instead of running alone.
+  bool advance(bool closings_wait) {
+    admit();
+    if (active_.empty()) return false;
+    plan(closings_wait);
+    if (!batch_.empty()) run_batch();
+    retire();
+    return true;
+  }
 
   static CachePoolOptions pool_options(CachePoolOptions o, const Llama<Config>& m) {
     o.fingerprint = m.fingerprint();
@@ -266,7 +290,9 @@ class BatchScheduler {
   // Takes new sequences (up to max_active) and cancellations.
   void admit() {
     std::vector<SequenceId> cancels;
-    std::vector<Incoming> dropped, admitted;  // cancelled while waiting; taken in
+    std::vector<Incoming> dropped, admitted;        // cancelled while waiting; taken in
+    const auto running = static_cast<std::size_t>(  // an ended sequence's closing takes no place
+        std::count_if(active_.begin(), active_.end(), [](const auto& s) { return s->phase != Phase::Closing; }));
     {
       std::lock_guard lock(mu_);
       cancels.swap(cancelled_);
@@ -278,7 +304,7 @@ class BatchScheduler {
           ++it;
         }
       }
-      while (!incoming_.empty() && active_.size() + admitted.size() < opt_.max_active) {
+      while (!incoming_.empty() && running + admitted.size() < opt_.max_active) {
         admitted.push_back(std::move(incoming_.front()));
         incoming_.pop_front();
       }
@@ -313,17 +339,45 @@ class BatchScheduler {
     if (s->req.cache) {
       s->cache = std::move(s->req.cache);
       s->known = s->cache->size() == 0;
-    } else if (const auto [source, shared] = opt_.share_prefixes ? best_running_prefix(*s) : std::pair<const Seq*, std::size_t>{};
-               source && shared >= kMinShared && shared >= pool_.match(s->req.prompt, s->req.cache_shape) + kMinShared) {
-      s->phase = Phase::Waiting;
-      s->source = source->id;
-      s->wait_for = shared;
-    } else {
-      start_from_pool(*s);
+    } else if (!continue_closing(*s)) {
+      const auto [source, shared] = opt_.share_prefixes ? best_running_prefix(*s) : std::pair<const Seq*, std::size_t>{};
+      if (source && shared >= kMinShared && shared >= pool_.match(s->req.prompt, s->req.cache_shape) + kMinShared) {
+        s->phase = Phase::Waiting;
+        s->source = source->id;
+        s->wait_for = shared;
+      } else {
+        start_from_pool(*s);
+      }
     }
     Seq& seq = *s;
     active_.push_back(std::move(s));
     if (seq.step->done()) generation_over(seq);  // a limit of 0, or the echo was declined
+  }
+
+  // The next turn of a conversation whose closing has not run yet (plan()):
+  // the turn takes the cache, and the closing's tokens go in as the first of
+  // its prompt, one forward for both. They are the history the server held
+  // (cached_tokens), fed with this prompt (closing_tokens).
+  bool continue_closing(Seq& s) {
+    for (auto& a : active_) {
+      if (a->phase != Phase::Closing || !a->known || a->broken || !a->cache) continue;
+      if (!s.req.cache_shape.matches(*a->cache)) continue;
+      const auto ids = eventual_ids(*a);
+      if (ids.size() >= s.req.prompt.size() || common_prefix(ids, s.req.prompt) < ids.size()) continue;
+      if (std::any_of(active_.begin(), active_.end(),
+                      [&](const auto& w) { return w->phase == Phase::Waiting && w->source == a->id; }))
+        continue;  // another sequence copies its prefix when it ends
+      if (s.req.cache_shape.dense() && !a->cache->grow(s.req.cache_shape.capacity)) continue;
+      s.cache = std::move(a->cache);
+      start_after_prefix(s, a->in_cache.size());
+      s.step->result().cached_tokens = ids.size();
+      s.step->result().closing_tokens = ids.size() - a->in_cache.size();
+      a->feed.clear();
+      a->known = false;
+      a->phase = Phase::Ended;
+      return true;
+    }
+    return false;
   }
 
   void start_from_pool(Seq& s) {
@@ -388,10 +442,11 @@ class BatchScheduler {
     if (!src || src->broken || src->phase == Phase::Ended) start_from_pool(s);
   }
 
-  // This step's batch: one token per decoding sequence and the tails of
-  // closing ones, then prefill chunks in arrival order within what is left
-  // of the budget.
-  void plan() {
+  // This step's batch: one token per decoding sequence, then prefill chunks
+  // in arrival order within what is left of the budget, and the tails of
+  // closing sequences: with the others, or alone once due (closings_wait,
+  // else at once).
+  void plan(bool closings_wait) {
     batch_.clear();
     in_batch_.clear();
     std::size_t budget = opt_.step_tokens;
@@ -402,22 +457,14 @@ class BatchScheduler {
     };
     for (auto& sp : active_) {
       Seq& s = *sp;
-      if (s.phase == Phase::Decode) {
-        if (!s.cache->has_room(1)) {
-          s.step->finish(StopReason::CacheFull);
-          generation_over(s);
-          continue;
-        }
-        s.feed.assign(1, s.step->last());
-        add(s);
-      } else if (s.phase == Phase::Closing) {
-        const auto room = static_cast<std::size_t>(std::max<std::int64_t>(0, s.cache->capacity() - s.cache->size()));
-        if (s.cache->kind() == Cache::Kind::Dense && s.feed.size() > room) s.feed.resize(room);
-        if (s.feed.empty())
-          s.phase = Phase::Ended;
-        else
-          add(s);
+      if (s.phase != Phase::Decode) continue;
+      if (!s.cache->has_room(1)) {
+        s.step->finish(StopReason::CacheFull);
+        generation_over(s);  // closing now, below
+        continue;
       }
+      s.feed.assign(1, s.step->last());
+      add(s);
     }
     for (auto& sp : active_) {
       Seq& s = *sp;
@@ -430,6 +477,29 @@ class BatchScheduler {
       s.feed.assign(first, first + static_cast<std::ptrdiff_t>(n));
       add(s);
     }
+    const auto now = Clock::now();
+    // A sequence waiting (for a prefix to copy) may wait for a closing.
+    bool due = !batch_.empty() || !closings_wait || !accepting();
+    for (const auto& sp : active_)
+      due = due || sp->phase == Phase::Waiting || (sp->phase == Phase::Closing && sp->closes_by <= now);
+    close_due_ = Clock::time_point::max();
+    for (auto& sp : active_) {
+      Seq& s = *sp;
+      if (s.phase != Phase::Closing) continue;
+      const auto room = static_cast<std::size_t>(std::max<std::int64_t>(0, s.cache->capacity() - s.cache->size()));
+      if (s.cache->kind() == Cache::Kind::Dense && s.feed.size() > room) s.feed.resize(room);
+      if (s.feed.empty())
+        s.phase = Phase::Ended;
+      else if (due)
+        add(s);
+      else
+        close_due_ = std::min(close_due_, s.closes_by);
+    }
+  }
+
+  bool accepting() const {
+    std::lock_guard lock(mu_);
+    return accepting_;
   }
 
   void run_batch() {
@@ -484,6 +554,7 @@ class BatchScheduler {
     }
     s.known = keep;
     s.phase = s.feed.empty() ? Phase::Ended : Phase::Closing;
+    s.closes_by = Clock::now() + opt_.close_wait;
   }
 
   // Ended sequences leave: their caches are kept (or freed), and every
@@ -545,10 +616,17 @@ class BatchScheduler {
   }
 
   void publish() {
+    std::size_t closing = 0, closing_bytes = 0;
+    for (const auto& s : active_)
+      if (s->phase == Phase::Closing) {
+        ++closing;
+        closing_bytes += s->known && s->cache ? s->cache->bytes() : 0;
+      }
     std::lock_guard lock(mu_);
-    active_count_ = active_.size();
-    pool_bytes_ = pool_.bytes();
-    pool_entries_ = pool_.entries();
+    closing_count_ = closing;
+    active_count_ = active_.size() - closing;
+    pool_bytes_ = pool_.bytes() + closing_bytes;
+    pool_entries_ = pool_.entries() + closing;
   }
 
   Llama<Config>* model_;
@@ -561,6 +639,7 @@ class BatchScheduler {
   std::vector<SequenceId> cancelled_;
   SequenceId next_id_ = 0;
   std::size_t active_count_ = 0;
+  std::atomic<std::size_t> closing_count_ = 0;
   std::atomic<std::size_t> pool_bytes_ = 0, pool_entries_ = 0;
   bool accepting_ = true;
   std::atomic<bool> stopping_ = false;
@@ -571,6 +650,7 @@ class BatchScheduler {
   std::vector<std::unique_ptr<Seq>> active_;
   std::vector<typename Llama<Config>::Sequence> batch_;
   std::vector<Seq*> in_batch_;
+  Clock::time_point close_due_;  // the first waiting closing's time to run alone (plan())
 };
 
 }  // namespace streamllm

@@ -75,6 +75,7 @@ struct ServiceOptions {
   std::size_t max_sequences = 8;  // in the batch at once
   std::size_t max_waiting = 64;   // queued behind them; more get 429
   std::size_t step_tokens = 256;
+  int close_wait_ms = 100;             // SchedulerOptions::close_wait
   std::int64_t sinks = 4, window = 0;  // window 0: dense caches
   int default_max_tokens = 256;
   std::size_t cache_bytes = std::size_t(512) << 20;  // kept caches in memory (0: no reuse)
@@ -242,6 +243,7 @@ class ApiService {
     o.max_active = opt_.max_sequences;
     o.max_waiting = opt_.max_waiting;
     o.step_tokens = opt_.step_tokens;
+    o.close_wait = std::chrono::milliseconds(opt_.close_wait_ms);
     o.pool.max_bytes = opt_.cache_bytes;
     o.share_prefixes = opt_.cache_bytes > 0;  // --cache-mib 0: no reuse of any kind (a baseline)
     o.pool.dir = opt_.cache_dir;

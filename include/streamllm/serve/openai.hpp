@@ -451,10 +451,12 @@ inline json usage(std::size_t prompt, std::size_t completion, std::size_t cached
           {"prompt_tokens_details", {{"cached_tokens", cached}}}};
 }
 
-// llama.cpp's `timings`, and the time to first token.
+// llama.cpp's `timings`, and the time to first token; `closing_n`: of the
+// cached tokens, the previous answer's last ones fed with this prompt.
 inline json timings(const GenerationResult& r) {
   const double prompt_ms = 1e3 * r.prefill_s, predicted_ms = 1e3 * r.decode_s;
   return {{"cached_n", r.cached_tokens},
+          {"closing_n", r.closing_tokens},
           {"prompt_n", r.prefilled_tokens()},
           {"prompt_ms", prompt_ms},
           {"prompt_per_second", r.prefill_tokens_per_s()},
