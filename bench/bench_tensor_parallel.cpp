@@ -46,6 +46,16 @@ struct Job {
   std::vector<int> pids;                       // of every rank
   const parallel::LinkStats* stats = nullptr;  // rank 0's link (none in one process)
   std::function<void()> reset_stats = [] {};
+  // Adds the link's figures since the last reset_stats to `sum`: each
+  // iteration's timed part only, whatever its untimed setup sent.
+  void add_stats(parallel::LinkStats& sum) const {
+    if (!stats) return;
+    sum.all_reduce_s += stats->all_reduce_s;
+    sum.all_reduce_calls += stats->all_reduce_calls;
+    sum.all_reduce_bytes += stats->all_reduce_bytes;
+    sum.gather_s += stats->gather_s;
+    sum.plan_s += stats->plan_s;
+  }
   double max_rss() const {
     double m = 0;
     for (int p : pids) m = std::max(m, rss_mib(p));
@@ -54,11 +64,10 @@ struct Job {
 };
 
 template <class Model>
-void report(benchmark::State& state, const Job& job, double tokens, double seconds) {
+void report(benchmark::State& state, const Job& job, const parallel::LinkStats& s, double tokens, double seconds) {
   state.counters["tok/s"] = benchmark::Counter(tokens, benchmark::Counter::kIsRate);
   state.counters["rank_rss_MiB"] = job.max_rss();
   if (!job.stats) return;
-  const auto& s = *job.stats;
   state.counters["allreduce_us/tok"] = 1e6 * s.all_reduce_s / tokens;
   state.counters["allreduce_share"] = s.all_reduce_s / seconds;
   state.counters["allreduce_B/tok"] = static_cast<double>(s.all_reduce_bytes) / tokens;
@@ -72,14 +81,16 @@ void prefill(benchmark::State& state, Model& model, const Job& job) {
   std::vector<TokenId> prompt(512);
   for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<TokenId>(1 + (i * 7919) % (Config::Vocab - 1));
   double seconds = 0;
-  job.reset_stats();
+  parallel::LinkStats timed;
   for (auto _ : state) {
     KVCache<Shape> cache(512);
+    job.reset_stats();
     const auto t0 = std::chrono::steady_clock::now();
     benchmark::DoNotOptimize(model.prefill(prompt, cache).data());
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    job.add_stats(timed);
   }
-  report<Model>(state, job, 512.0 * static_cast<double>(state.iterations()), seconds);
+  report<Model>(state, job, timed, 512.0 * static_cast<double>(state.iterations()), seconds);
 }
 
 // tg128: 128 tokens one at a time after a 16-token prompt (not timed).
@@ -87,6 +98,7 @@ template <class Model>
 void decode(benchmark::State& state, Model& model, const Job& job) {
   using Shape = typename ConfigOf<Model>::type;
   double seconds = 0;
+  parallel::LinkStats timed;
   for (auto _ : state) {
     state.PauseTiming();
     KVCache<Shape> cache(256);
@@ -98,8 +110,9 @@ void decode(benchmark::State& state, Model& model, const Job& job) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < 128; ++i) benchmark::DoNotOptimize(model.decode(static_cast<TokenId>(100 + i), cache).data());
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    job.add_stats(timed);
   }
-  report<Model>(state, job, 128.0 * static_cast<double>(state.iterations()), seconds);
+  report<Model>(state, job, timed, 128.0 * static_cast<double>(state.iterations()), seconds);
 }
 
 // Batched decode: 8 sequences, 32 steps of one token each.
@@ -108,6 +121,7 @@ void batch8(benchmark::State& state, Model& model, const Job& job) {
   using Shape = typename ConfigOf<Model>::type;
   constexpr std::size_t B = 8, steps = 32;
   double seconds = 0;
+  parallel::LinkStats timed;
   for (auto _ : state) {
     state.PauseTiming();
     std::vector<std::unique_ptr<KVCache<Shape>>> caches;
@@ -129,15 +143,19 @@ void batch8(benchmark::State& state, Model& model, const Job& job) {
       benchmark::DoNotOptimize(model.forward(seqs).last(0).data());
     }
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    job.add_stats(timed);
   }
-  report<Model>(state, job, static_cast<double>(B * steps) * static_cast<double>(state.iterations()), seconds);
+  report<Model>(state, job, timed, static_cast<double>(B * steps) * static_cast<double>(state.iterations()), seconds);
 }
 
+// Each run lasts 2-3 s on a Zen 5 (more elsewhere): a one-second batch8
+// moved by 10-25% between runs with the host's stalls of either core, which
+// both ranks wait for at the next all-reduce.
 template <class Model>
 void run_benchmarks(const std::string& label, Model& model, const Job& job) {
   benchmark::RegisterBenchmark((label + "/pp512").c_str(), [&](benchmark::State& s) { prefill(s, model, job); })
       ->Unit(benchmark::kMillisecond)
-      ->Iterations(1)
+      ->Iterations(2)
       ->UseRealTime();
   benchmark::RegisterBenchmark((label + "/tg128").c_str(), [&](benchmark::State& s) { decode(s, model, job); })
       ->Unit(benchmark::kMillisecond)
@@ -145,7 +163,7 @@ void run_benchmarks(const std::string& label, Model& model, const Job& job) {
       ->UseRealTime();
   benchmark::RegisterBenchmark((label + "/batch8").c_str(), [&](benchmark::State& s) { batch8(s, model, job); })
       ->Unit(benchmark::kMillisecond)
-      ->Iterations(1)
+      ->Iterations(3)
       ->UseRealTime();
   benchmark::RunSpecifiedBenchmarks();
 }

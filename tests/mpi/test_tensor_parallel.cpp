@@ -2,8 +2,14 @@
 // float64 goldens and the same model in one process: dense and sink+window
 // caches, whole and chunked prefill, quantised files, continuous batching,
 // and the failures every rank must report alike.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <limits>
 #include <random>
 
 #include "mpi_common.hpp"
@@ -136,13 +142,64 @@ std::string wide_model(const std::string& type) {
   }
   return from_rank0(path);
 }
+
+// How many pages of the mapping of `path` that the shard `w` reads from
+// hold neither the file's header nor a byte the shard reads (Linux:
+// /proc/self/pagemap's "present" bit; 0 elsewhere). No REQUIRE here: the
+// other rank must go on in step, so a page it cannot read counts as stray.
+template <class Config>
+std::size_t stray_file_pages(const std::string& path, const ModelWeights<Config>& w) {
+  std::size_t stray = 0;
+#if defined(__linux__)
+  const std::uint64_t header = io::GgufFile(path).data_offset();
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto ranges = detail::read_ranges(w);
+  const auto read = [&](std::uintptr_t p) {
+    for (const auto& [b, e] : ranges)
+      if (reinterpret_cast<std::uintptr_t>(b) < p + page && reinterpret_cast<std::uintptr_t>(e) > p) return true;
+    return false;
+  };
+  const auto table = reinterpret_cast<std::uintptr_t>(w.token_embedding.data);  // in the shard's mapping
+  const std::string file = std::filesystem::canonical(path).string();
+  std::ifstream maps("/proc/self/maps");
+  const int pagemap = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  if (pagemap < 0) return std::numeric_limits<std::size_t>::max();
+  for (std::string line; std::getline(maps, line);) {
+    if (!line.ends_with(" " + file)) continue;
+    unsigned long lo = 0, hi = 0, offset = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx %*s %lx", &lo, &hi, &offset) != 3 || table < lo || table >= hi) continue;
+    for (std::uintptr_t p = lo; p < hi; p += page) {
+      std::uint64_t entry = 0;
+      const bool known = ::pread(pagemap, &entry, sizeof entry, static_cast<off_t>(p / page * sizeof entry)) == sizeof entry;
+      const bool present = !known || (entry >> 63) != 0;
+      if (present && offset + (p - lo) >= header && !read(p)) ++stray;
+    }
+  }
+  ::close(pagemap);
+#else
+  (void)path;
+  (void)w;
+#endif
+  return stray;
+}
 }  // namespace
 
 TEST_CASE("quantised files split over two ranks compute what one process computes", "[quant]") {
   if (test::mpi().size() != 2) return;
   for (const std::string type : {"q8_0", "q4_0", "q4_k"}) {
     const std::string path = wide_model(type);
+    // Another mapping of the whole file, every page read, as the other
+    // rank's would be where slices meet: the kernel's page-out skips a page
+    // that another mapping holds too.
+    const auto other = io::map_file(path);
+    volatile unsigned char sum = 0;
+    for (std::size_t at = 0; at < other->size(); at += 512)
+      sum = static_cast<unsigned char>(sum + std::to_integer<unsigned char>(other->data()[at]));
     parallel::TensorParallelModel<Wide, 2> tp(test::mpi(), path);
+    // A rank's memory is its shard: of the file, it maps only the pages its
+    // slices are on (a fault maps the cached file around it, so the pages
+    // next to a slice have to be let go as well).
+    CHECK(stray_file_pages(path, tp.weights()) == 0);
     if (!tp.leads()) {
       tp.follow();
       continue;

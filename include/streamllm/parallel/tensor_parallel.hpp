@@ -76,6 +76,8 @@ class TensorParallelModel {
     if (!leads()) throw InputError("tensor parallel: only rank 0 runs the model; the other ranks call follow()");
     return *model_;
   }
+  // This rank's shard of the weights, on every rank.
+  const ModelWeights<Shard>& weights() const { return model_->weights(); }
   // What the ranks' meetings cost so far on this rank (the benchmarks).
   const LinkStats& link_stats() const { return link_->stats(); }
   void reset_link_stats() { link_->reset_stats(); }
