@@ -6,7 +6,8 @@
 //   mpirun -np 2 bench_tensor_parallel          two ranks of one thread each, over shared memory
 //   mpirun -np 2 --mca btl tcp,self --mca btl_tcp_if_include lo bench_tensor_parallel     over TCP loopback
 //
-// STREAMLLM_BENCH_TYPE picks the weight type (q8_0 by default);
+// STREAMLLM_BENCH_TYPE picks the weight type (q8_0 by default), STREAMLLM_BENCH_ISA=avx2
+// the kernels of a CPU without AVX-512;
 // scripts/bench-tensor-parallel.sh runs the three for each type in one go. Rank 0 runs the
 // benchmarks; the other ranks follow its calls. Counters beside tokens/s:
 // the all-reduce's time per token (and share of the step) and bytes per
@@ -16,6 +17,7 @@
 
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -193,6 +195,8 @@ parallel::TensorParallelOptions split_options() {
 
 int main(int argc, char** argv) {
   parallel::MpiRuntime mpi(argc, argv);
+  std::optional<kernels::ScopedIsa> forced;  // STREAMLLM_BENCH_ISA=avx2: an AVX2-only CPU's kernels, on every rank
+  if (const auto isa = bench::isa_from_env()) forced.emplace(*isa);
   benchmark::Initialize(&argc, argv);
   const int ranks = mpi.size();
   Job job;
