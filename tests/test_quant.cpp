@@ -4,6 +4,7 @@
 #include <immintrin.h>
 #endif
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -220,7 +221,9 @@ TEST_CASE("every row of the kernel table is complete, and its decode kernel equa
 
         // The decode kernel on every token count it serves, against the
         // twin on the file's layout with the same (plain) int8 activations:
-        // the same arithmetic, the float sums in another order.
+        // the same arithmetic, the float sums in another order. A row of
+        // plain int8 blocks quantises them for both (AVX2 Q2_K and Q3_K:
+        // one scale per 256); the interleaved layouts hold blocks of 32.
         const std::int64_t cols = traits(file_type).block_elems == 256 ? 768 : 1024 + 96, rows = 37;
         const auto weights = normal(static_cast<std::size_t>(rows * cols), 8, 0.05f);
         const Matrix m(t, weights, rows, cols), file(file_type, weights, rows, cols);
@@ -232,7 +235,10 @@ TEST_CASE("every row of the kernel table is complete, and its decode kernel equa
           if (row.quantize) row.quantize(x.data(), ucols, n, ucols, own);
           row.decode(m.view, 0, urows, {x.data(), ucols, row.quantize ? &own : nullptr}, n, fast.data(), urows);
           k::QuantizedActivations xa;
-          k::quantize_activations(x.data(), ucols, n, ucols, xa, static_cast<float>(row.activation_limit));
+          if (row.activations == k::ActivationLayout::Int8Blocks)
+            row.quantize(x.data(), ucols, n, ucols, xa);
+          else
+            k::quantize_activations(x.data(), ucols, n, ucols, xa, static_cast<float>(row.activation_limit));
           const k::DecodeRowsFn twin_decode = row.twin ? row.twin : row.decode;
           twin_decode(file.view, 0, urows, {x.data(), ucols, &xa}, n, twin.data(), urows);
           float scale = 0;
@@ -273,6 +279,47 @@ TEST_CASE("the batched kernel's activation layout is the same from the scalar an
   }
 }
 #endif
+
+TEST_CASE("activations with one scale per 256 share it across a super-block and round as at that scale", "[quant][kernels]") {
+  const std::size_t rows = 3, cols = 768 + 96, ldx = cols + 7;  // three super-blocks and three blocks past them
+  auto x = normal(rows * ldx, 12);
+  x[1 * ldx + 300] = 40.0f;                                  // row 1's second super-block: one large value
+  x[2 * ldx + 5] = std::numeric_limits<float>::quiet_NaN();  // row 2's first: a NaN
+  for (const float limit : {127.0f, 63.0f}) {
+    k::QuantizedActivations a;
+    k::quantize_activations_per_256(x.data(), ldx, rows, cols, a, limit);
+    REQUIRE(a.blocks == cols / 32);
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t b = 0; b < a.blocks; ++b) {
+        const std::size_t first = b / 8 * 256, last = std::min(first + 256, cols);
+        float amax = 0;
+        bool finite = true;
+        for (std::size_t c = first; c < last; ++c) {
+          finite = finite && std::isfinite(x[r * ldx + c]);
+          amax = std::max(amax, std::abs(x[r * ldx + c]));
+        }
+        INFO("row " << r << " block " << b << " limit " << limit);
+        const float d = a.d_row(r)[b];
+        if (!finite) {
+          REQUIRE(std::isnan(d));
+          continue;
+        }
+        REQUIRE(d == amax / limit);
+        std::int32_t sum = 0;
+        for (std::size_t j = 0; j < 32; ++j) {
+          const float v = x[r * ldx + 32 * b + j];
+          const std::int8_t q = a.q_row(r)[32 * b + j];
+          REQUIRE(std::abs(static_cast<float>(q)) <= limit);
+          REQUIRE(std::abs(static_cast<float>(q) * d - v) <= 0.5001f * d);
+          sum += q;
+        }
+        REQUIRE(a.sum_row(r)[b] == sum);
+      }
+    // Row 1's large value coarsens its own super-block's scale only.
+    REQUIRE(a.d_row(1)[8] == 40.0f / limit);
+    REQUIRE(a.d_row(1)[0] < 40.0f / limit / 4);
+  }
+}
 
 TEST_CASE("interleaved Q8_0 / Q4_0 rows hold the same blocks: round trip, dequantised values, the vector interleave", "[quant]") {
   for (DType base : {DType::Q8_0, DType::Q4_0})
@@ -388,13 +435,20 @@ void require_int8_kernels_equal_twin(const TensorView& w, bool extreme, Twin&& t
       const k::MatmulKernel& row = k::matmul_kernel(w.type, isa);
       if (n > row.decode_tokens && row.tiles != k::Tiles::Int8) continue;
       const auto x = extreme ? std::vector<float>(n * cols, 1.0f) : normal(n * cols, 7);
-      std::vector<float> fast(n * rows), twin(fast.size());
+      std::vector<float> fast(n * rows), twin(fast.size()), twin_decoded(fast.size());
       k::matmul(w, x.data(), n, cols, fast.data(), rows, isa);
-      // The tokens quantised at the row's limit (IQ4 on AVX2: 63), as its
-      // decode kernel and its tiles take them.
-      k::QuantizedActivations xa;
+      // The tokens as the tiles take them, quantised in blocks of 32 at the
+      // row's limit (IQ4 on AVX2: 63), and as its decode kernel takes them
+      // (row.quantize: on AVX2, Q2_K, Q3_K and IQ4_XS with one scale per
+      // 256); tokens from decode_from(n) on go to the decode kernel.
+      k::QuantizedActivations xa, xa_decoded;
       k::quantize_activations(x.data(), cols, n, cols, xa, static_cast<float>(row.activation_limit));
+      REQUIRE(row.quantize != nullptr);  // an int8 row
+      row.quantize(x.data(), cols, n, cols, xa_decoded);
       twin_gemv(w, xa, n, twin.data(), rows, std::size_t(0), rows);
+      twin_gemv(w, xa_decoded, n, twin_decoded.data(), rows, std::size_t(0), rows);
+      std::copy(twin_decoded.begin() + static_cast<std::ptrdiff_t>(row.decode_from(n) * rows), twin_decoded.end(),
+                twin.begin() + static_cast<std::ptrdiff_t>(row.decode_from(n) * rows));
       INFO(dtype_name(w.type) << " cols " << cols << " n " << n << " isa " << k::to_string(isa));
       require_twin_sums(fast, twin);
     }

@@ -165,4 +165,39 @@ inline void quantize_activations(const float* x, std::size_t ldx, std::size_t ro
                             [limit](const float* v, std::int8_t* q) { return quantize_block_to(v, q, limit); });
 }
 
+// The same layout with one scale per 256 (a K-quant super-block: the scale
+// of each block of 32 is its super-block's): a kernel can then add the
+// integer sums of a super-block's blocks before it scales them, once, where
+// a scale per 32 costs each super-block a horizontal reduction of its eight
+// blocks' sums. llama.cpp quantises the activations of every K-quant so
+// (Q8_K). A super-block holding NaN or Inf gives NaN scales to all its
+// blocks. `cols` ends in a partial super-block only for shapes of blocks of
+// 32; its last blocks then share one scale.
+inline void quantize_activations_per_256(const float* x, std::size_t ldx, std::size_t rows, std::size_t cols,
+                                         QuantizedActivations& out, float limit = 127.0f) {
+  const float* super = nullptr;  // the super-block whose scale is below
+  float d = 0, id = 0;
+  bool finite = true;
+  quantize_activations_with(x, ldx, rows, cols, out, [&](const float* v, std::int8_t* q) -> std::pair<float, std::int32_t> {
+    const auto at = static_cast<std::size_t>(v - x), row = at / ldx, col = at % ldx;
+    const float* start = x + row * ldx + col / 256 * 256;
+    if (start != super) {
+      super = start;
+      float amax = 0;
+      finite = true;
+      for (const float* p = start; p < start + std::min<std::size_t>(256, cols - col / 256 * 256); ++p) {
+        const float a = std::abs(*p);
+        finite = finite && a <= std::numeric_limits<float>::max();  // false for NaN
+        amax = std::max(amax, a);
+      }
+      d = amax / limit;
+      id = quant::inverse_or_zero(d);
+    }
+    if (!finite) return non_finite_block(q);
+    std::int32_t s = 0;
+    for (int j = 0; j < 32; ++j) s += q[j] = round_to_int8(v[j] * id);
+    return {d, s};
+  });
+}
+
 }  // namespace streamllm::kernels

@@ -48,6 +48,13 @@ STREAMLLM_AVX2 inline __m256i reduce8(const __m256i (&v)[8]) {
   return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
 }
 
+// v0 + ... + v7, lane by lane: a super-block's sums where the activations
+// have one scale for all its blocks.
+STREAMLLM_AVX2 inline __m256i add8(const __m256i (&v)[8]) {
+  return _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(v[0], v[1]), _mm256_add_epi32(v[2], v[3])),
+                          _mm256_add_epi32(_mm256_add_epi32(v[4], v[5]), _mm256_add_epi32(v[6], v[7])));
+}
+
 // 32 quants against one activation block, the pair sums scaled (vpmaddwd)
 // by scales16: unsigned quants as they are, or signed ones (signed_q) as
 // their magnitudes q_abs against the activations given their signs.

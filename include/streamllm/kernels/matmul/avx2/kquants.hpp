@@ -118,27 +118,51 @@ STREAMLLM_AVX2 inline void q6k_super_block(const quant::BlockQ6K& b, const Quant
   }
 }
 
-// Rows [r0, r1) of a Q2_K, Q3_K, Q4_K, Q5_K, Q6_K or IQ4_XS matrix against NT tokens.
-template <int NT>
-STREAMLLM_AVX2 inline void gemv_kquant_rows(DType type, std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
-                                            const QuantizedActivations::Slice& xa, float* y, std::size_t ldy) {
+// Rows [r0, r1) of a matrix of type T against NT tokens: one type per
+// loop, so that its super-block kernel is inlined into it, its constants
+// and the tokens' sums kept in registers. (A switch on the type per
+// super-block left each kernel a call of its own, its sums passed through
+// memory: 14% of a Q2_K decode in the loop and the calls; flatten, for
+// Q6_K's kernel, which the compiler would still call.)
+template <int NT, DType T>
+STREAMLLM_AVX2 __attribute__((flatten)) inline void kquant_rows(std::size_t r0, std::size_t r1, const std::byte* w,
+                                                                std::size_t row_bytes, const QuantizedActivations::Slice& xa,
+                                                                float* y, std::size_t ldy) {
   const std::size_t super_blocks = xa.cols() / 256;
-  const std::int16_t* sums16 = type == DType::Q2_K || type == DType::Q3_K ? quant_sums16(xa, NT) : nullptr;
+  const std::int16_t* sums16 = T == DType::Q2_K || T == DType::Q3_K ? quant_sums16(xa, NT) : nullptr;
   for (std::size_t r = r0; r < r1; ++r) {
     __m256 acc[NT];
     for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
     const std::byte* row = w + r * row_bytes;
     for (std::size_t sb = 0; sb < super_blocks; ++sb) {
-      switch (type) {
-        case DType::Q4_K: q4k_super_block<NT>(reinterpret_cast<const quant::BlockQ4K*>(row)[sb], xa, sb, acc); break;
-        case DType::Q5_K: q4k_super_block<NT>(reinterpret_cast<const quant::BlockQ5K*>(row)[sb], xa, sb, acc); break;
-        case DType::Q2_K: q2k_super_block<NT>(reinterpret_cast<const quant::BlockQ2K*>(row)[sb], xa, sb, sums16, acc); break;
-        case DType::Q3_K: q3k_super_block<NT>(reinterpret_cast<const quant::BlockQ3K*>(row)[sb], xa, sb, sums16, acc); break;
-        case DType::IQ4_XS: iq4xs_super_block<NT>(reinterpret_cast<const quant::BlockIQ4XS*>(row)[sb], xa, sb, acc); break;
-        default: q6k_super_block<NT>(reinterpret_cast<const quant::BlockQ6K*>(row)[sb], xa, sb, acc); break;
-      }
+      if constexpr (T == DType::Q4_K)
+        q4k_super_block<NT>(reinterpret_cast<const quant::BlockQ4K*>(row)[sb], xa, sb, acc);
+      else if constexpr (T == DType::Q5_K)
+        q4k_super_block<NT>(reinterpret_cast<const quant::BlockQ5K*>(row)[sb], xa, sb, acc);
+      else if constexpr (T == DType::Q2_K)
+        q2k_super_block<NT>(reinterpret_cast<const quant::BlockQ2K*>(row)[sb], xa, sb, sums16, acc);
+      else if constexpr (T == DType::Q3_K)
+        q3k_super_block<NT>(reinterpret_cast<const quant::BlockQ3K*>(row)[sb], xa, sb, sums16, acc);
+      else if constexpr (T == DType::IQ4_XS)
+        iq4xs_super_block<NT>(reinterpret_cast<const quant::BlockIQ4XS*>(row)[sb], xa, sb, acc);
+      else
+        q6k_super_block<NT>(reinterpret_cast<const quant::BlockQ6K*>(row)[sb], xa, sb, acc);
     }
     for (int t = 0; t < NT; ++t) y[static_cast<std::size_t>(t) * ldy + r] = hsum(acc[t]);
+  }
+}
+
+// Rows [r0, r1) of a Q2_K, Q3_K, Q4_K, Q5_K, Q6_K or IQ4_XS matrix against NT tokens.
+template <int NT>
+STREAMLLM_AVX2 inline void gemv_kquant_rows(DType type, std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
+                                            const QuantizedActivations::Slice& xa, float* y, std::size_t ldy) {
+  switch (type) {
+    case DType::Q4_K: return kquant_rows<NT, DType::Q4_K>(r0, r1, w, row_bytes, xa, y, ldy);
+    case DType::Q5_K: return kquant_rows<NT, DType::Q5_K>(r0, r1, w, row_bytes, xa, y, ldy);
+    case DType::Q2_K: return kquant_rows<NT, DType::Q2_K>(r0, r1, w, row_bytes, xa, y, ldy);
+    case DType::Q3_K: return kquant_rows<NT, DType::Q3_K>(r0, r1, w, row_bytes, xa, y, ldy);
+    case DType::IQ4_XS: return kquant_rows<NT, DType::IQ4_XS>(r0, r1, w, row_bytes, xa, y, ldy);
+    default: return kquant_rows<NT, DType::Q6_K>(r0, r1, w, row_bytes, xa, y, ldy);
   }
 }
 

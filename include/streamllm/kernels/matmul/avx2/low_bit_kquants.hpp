@@ -1,10 +1,13 @@
-// AVX2 decode of Q2_K and Q3_K rows against int8 activations. A vector of
-// 32 quants is one activation block and two of the format's blocks of 16,
-// one per 128-bit half: vpmaddubsw multiplies the quants with the
-// activations, and vpmaddwd by a vector holding each half's scale (int16)
-// adds the pairs scaled. A super-block's eight sums are reduced together
-// (lane j: activation block j) and scaled by d dx at once, as the Q4_K
-// kernel does. Q2_K's mins: one vpmaddwd of the sixteen mins with the
+// AVX2 decode of Q2_K and Q3_K rows against int8 activations with one
+// scale per 256 (the row's quantize: quantize_activations_per_256). A
+// vector of 32 quants is one activation block and two of the format's
+// blocks of 16, one per 128-bit half: vpmaddubsw multiplies the quants with
+// the activations, and vpmaddwd by a vector holding each half's scale
+// (int16) adds the pairs scaled. The activations' one scale lets a
+// super-block's eight vectors of sums be added as they are and scaled by
+// d dx once; with a scale per 32 they were reduced across lanes first
+// (reduce8, lane j: block j), a third of the integer work of a super-block
+// of Q2_K. Q2_K's mins: one vpmaddwd of the sixteen mins with the
 // token's sums per 16 (computed once per call), times dmin dx; taken from the
 // activations per row instead (a vpmaddubsw per vector) they doubled the
 // work. Q3_K's offset of 4 is taken off the same way, its scales times 4
@@ -89,8 +92,8 @@ STREAMLLM_AVX2 inline void q2k_super_block(const quant::BlockQ2K& b, const Quant
                                   scales16[j]);
     const __m256i mins =
         _mm256_madd_epi16(mins16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums16 + tt * runs + 16 * sb)));
-    const __m256 dx = _mm256_loadu_ps(xa.d_row(tt) + 8 * sb);
-    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8(dots)), _mm256_mul_ps(d, dx), acc[t]);
+    const __m256 dx = _mm256_broadcast_ss(xa.d_row(tt) + 8 * sb);  // the super-block's one scale
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(add8(dots)), _mm256_mul_ps(d, dx), acc[t]);
     acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(dmin, dx), acc[t]);
   }
 }
@@ -117,8 +120,8 @@ STREAMLLM_AVX2 inline void q3k_super_block(const quant::BlockQ3K& b, const Quant
     for (int j = 0; j < 8; ++j) dots[j] = kquant_dot(q[j], q[j], xq + 32 * j, scales16[j], false);
     const __m256i offsets =
         _mm256_madd_epi16(scales_x4, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums16 + tt * runs + 16 * sb)));
-    const __m256i isum = _mm256_sub_epi32(reduce8(dots), offsets);
-    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, _mm256_loadu_ps(xa.d_row(tt) + 8 * sb)), acc[t]);
+    const __m256i isum = _mm256_sub_epi32(add8(dots), offsets);
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, _mm256_broadcast_ss(xa.d_row(tt) + 8 * sb)), acc[t]);
   }
 }
 

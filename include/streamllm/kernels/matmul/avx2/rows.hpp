@@ -122,6 +122,17 @@ constexpr MatmulKernel int8_tile_row(DType t, DecodeRowsFn decode, DecodeRowsFn 
           .activation_limit = Limit};
 }
 
+// Q2_K and Q3_K: the decode kernel takes its activations with one scale per
+// 256 (low_bit_kquants.hpp adds a super-block's integer sums and scales
+// them once, as llama.cpp's AVX2 kernels do for every K-quant); the tiles
+// keep theirs per 32. The activations' error grows 1.3-2.2x (outliers), a
+// tenth of these weights' own; IQ4_XS, whose activations of 63 would double
+// it again to two thirds of its weights' error, keeps a scale per 32.
+constexpr MatmulKernel with_decode_scale_per_256(MatmulKernel row) {
+  row.quantize = portable::quantize_tokens_per_256<127>;
+  return row;
+}
+
 inline constexpr MatmulKernel kRows[] = {
     float_tile_row(DType::F16, decode_widened<F16Row>, portable::decode_any, ActivationLayout::Float, nullptr),
     float_tile_row(DType::BF16, decode_widened<BF16Row>, portable::decode_any, ActivationLayout::Float, nullptr),
@@ -134,8 +145,8 @@ inline constexpr MatmulKernel kRows[] = {
     int8_tile_row<Int8Q4K, 8, 0>(DType::Q4_K, decode_kquant, portable::decode_kquant),
     int8_tile_row<Int8Q4K, 4, 0>(DType::Q5_K, decode_kquant, portable::decode_kquant),
     int8_tile_row<Int8Q6K, 2, 32>(DType::Q6_K, decode_kquant, portable::decode_kquant),
-    int8_tile_row<Int8Q2K, 4, 0>(DType::Q2_K, decode_kquant, portable::decode_low_bit_kquant),
-    int8_tile_row<Int8Q6K, 4, 4>(DType::Q3_K, decode_kquant, portable::decode_low_bit_kquant),
+    with_decode_scale_per_256(int8_tile_row<Int8Q2K, 4, 0>(DType::Q2_K, decode_kquant, portable::decode_low_bit_kquant)),
+    with_decode_scale_per_256(int8_tile_row<Int8Q6K, 4, 4>(DType::Q3_K, decode_kquant, portable::decode_low_bit_kquant)),
     // The levels + 128 (up to 241) against activations of at most 63
     // (nonlinear_blocks.hpp, int8_tiles.hpp), in decode and in the tiles.
     int8_tile_row<Int8Blocks, 1, 128, 63>(DType::IQ4_NL, decode_blocks<IQ4NLRow>, portable::decode_iq4),

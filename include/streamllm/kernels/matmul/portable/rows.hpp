@@ -70,6 +70,11 @@ inline void quantize_tokens_to(const float* x, std::size_t ldx, std::size_t n, s
   quantize_activations(x, ldx, n, k, out, static_cast<float>(Limit));
 }
 inline constexpr QuantizeTokensFn quantize_tokens = quantize_tokens_to<127>;
+// The same with one scale per 256 (quantize_activations_per_256).
+template <int Limit>
+inline void quantize_tokens_per_256(const float* x, std::size_t ldx, std::size_t n, std::size_t k, QuantizedActivations& out) {
+  quantize_activations_per_256(x, ldx, n, k, out, static_cast<float>(Limit));
+}
 
 inline constexpr PrefillFn kF32Tiles = prefill_f32_tiles<GemmF32, scalar_row_to_f32>;
 
