@@ -51,12 +51,7 @@ struct Job {
   // Adds the link's figures since the last reset_stats to `sum`: each
   // iteration's timed part only, whatever its untimed setup sent.
   void add_stats(parallel::LinkStats& sum) const {
-    if (!stats) return;
-    sum.all_reduce_s += stats->all_reduce_s;
-    sum.all_reduce_calls += stats->all_reduce_calls;
-    sum.all_reduce_bytes += stats->all_reduce_bytes;
-    sum.gather_s += stats->gather_s;
-    sum.plan_s += stats->plan_s;
+    if (stats) sum += *stats;
   }
   double max_rss() const {
     double m = 0;

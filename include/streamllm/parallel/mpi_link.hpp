@@ -44,6 +44,15 @@ struct LinkStats {
   std::uint64_t all_reduce_calls = 0, all_reduce_bytes = 0;
   double gather_s = 0;  // gathering the logits
   double plan_s = 0;    // rank 0 sending the plans
+
+  LinkStats& operator+=(const LinkStats& o) {
+    all_reduce_s += o.all_reduce_s;
+    all_reduce_calls += o.all_reduce_calls;
+    all_reduce_bytes += o.all_reduce_bytes;
+    gather_s += o.gather_s;
+    plan_s += o.plan_s;
+    return *this;
+  }
 };
 
 namespace detail {

@@ -104,9 +104,11 @@ void release_unread_file_pages(const ModelWeights<Full>& full, const ModelWeight
 #if defined(__linux__)
   const auto file = read_ranges(full);
   if (file.empty()) return;
-  const std::byte* const lo = std::min_element(file.begin(), file.end())->first;
-  const std::byte* hi = lo;
-  for (const auto& [b, e] : file) hi = std::max(hi, e);
+  const std::byte *lo = file[0].first, *hi = file[0].second;
+  for (const auto& [b, e] : file) {
+    lo = std::min(lo, b);
+    hi = std::max(hi, e);
+  }
   const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
   const auto address = [](const std::byte* p) { return reinterpret_cast<std::uintptr_t>(p); };
   std::vector<std::pair<const std::byte*, const std::byte*>> kept;
@@ -213,12 +215,9 @@ ModelWeights<TensorShard<Config, Ranks>> shard_weights(const ModelWeights<Config
   w.hparams = full.hparams;
   w.source = full.source;
   w.owner = storage;
-  if (layout == WeightLayout::AsInFile) {
-    if (mapped) detail::release_unread_file_pages(full, w);
-    return w;
-  }
-  w = prepare_weights(std::move(w));
+  if (layout == WeightLayout::ForKernels) w = prepare_weights(std::move(w));
   if (mapped) detail::release_unread_file_pages(full, w);
+  if (layout == WeightLayout::AsInFile) return w;
   // The column copies the kernels' repacking replaced are read no more: let
   // them go, or a rank holds its wo and w_down twice (on AVX-512, Q8_0 and
   // Q4_0 are repacked: 97 MiB of TinyLlama's Q4_0 rank, 0.70x the one
