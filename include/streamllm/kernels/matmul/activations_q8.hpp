@@ -74,21 +74,36 @@ inline std::pair<float, std::int32_t> non_finite_block(std::int8_t* q) {
   return {std::numeric_limits<float>::quiet_NaN(), 0};
 }
 
+// The largest magnitude of v[0..n), and whether every value is finite.
+struct AbsMax {
+  float amax = 0;
+  bool finite = true;
+};
+inline AbsMax abs_max(const float* v, std::size_t n) {
+  AbsMax m;
+  for (std::size_t j = 0; j < n; ++j) {
+    const float a = std::abs(v[j]);
+    m.finite = m.finite && a <= std::numeric_limits<float>::max();  // false for NaN
+    m.amax = std::max(m.amax, a);
+  }
+  return m;
+}
+
+// One block of 32 quantised with the inverse `id` of its scale: returns the
+// sum of its quants.
+inline std::int32_t quantize_with_inverse(const float* v, std::int8_t* q, float id) {
+  std::int32_t s = 0;
+  for (int j = 0; j < 32; ++j) s += q[j] = round_to_int8(v[j] * id);
+  return s;
+}
+
 // One block of 32: quants of at most `limit` either way, and returns
 // {scale, sum of quants}.
 inline std::pair<float, std::int32_t> quantize_block_to(const float* v, std::int8_t* q, float limit) {
-  float amax = 0;
-  bool finite = true;
-  for (int j = 0; j < 32; ++j) {
-    const float a = std::abs(v[j]);
-    finite = finite && a <= std::numeric_limits<float>::max();  // false for NaN
-    amax = std::max(amax, a);
-  }
-  if (!finite) return non_finite_block(q);
-  const float d = amax / limit, id = quant::inverse_or_zero(d);
-  std::int32_t s = 0;
-  for (int j = 0; j < 32; ++j) s += q[j] = round_to_int8(v[j] * id);
-  return {d, s};
+  const AbsMax m = abs_max(v, 32);
+  if (!m.finite) return non_finite_block(q);
+  const float d = m.amax / limit;
+  return {d, quantize_with_inverse(v, q, quant::inverse_or_zero(d))};
 }
 
 // One block of 32 as int8 quants (-127..127): the activations of every int8
@@ -176,27 +191,19 @@ inline void quantize_activations(const float* x, std::size_t ldx, std::size_t ro
 inline void quantize_activations_per_256(const float* x, std::size_t ldx, std::size_t rows, std::size_t cols,
                                          QuantizedActivations& out, float limit = 127.0f) {
   const float* super = nullptr;  // the super-block whose scale is below
+  AbsMax m;
   float d = 0, id = 0;
-  bool finite = true;
   quantize_activations_with(x, ldx, rows, cols, out, [&](const float* v, std::int8_t* q) -> std::pair<float, std::int32_t> {
     const auto at = static_cast<std::size_t>(v - x), row = at / ldx, col = at % ldx;
     const float* start = x + row * ldx + col / 256 * 256;
     if (start != super) {
       super = start;
-      float amax = 0;
-      finite = true;
-      for (const float* p = start; p < start + std::min<std::size_t>(256, cols - col / 256 * 256); ++p) {
-        const float a = std::abs(*p);
-        finite = finite && a <= std::numeric_limits<float>::max();  // false for NaN
-        amax = std::max(amax, a);
-      }
-      d = amax / limit;
+      m = abs_max(start, std::min<std::size_t>(256, cols - col / 256 * 256));
+      d = m.amax / limit;
       id = quant::inverse_or_zero(d);
     }
-    if (!finite) return non_finite_block(q);
-    std::int32_t s = 0;
-    for (int j = 0; j < 32; ++j) s += q[j] = round_to_int8(v[j] * id);
-    return {d, s};
+    if (!m.finite) return non_finite_block(q);
+    return {d, quantize_with_inverse(v, q, id)};
   });
 }
 
