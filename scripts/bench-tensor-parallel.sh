@@ -17,7 +17,7 @@ data="${STREAMLLM_DATA_DIR:-$root/../shared}"
 cmake -S "$root" --preset bench -B "$build" -DSTREAMLLM_DATA_DIR="$data" >/dev/null
 cmake --build "$build" -j"$(nproc)" --target bench_tensor_parallel bench_allreduce
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 STREAMLLM_DATA_DIR="$data"
-tcp=(--mca btl tcp,self --mca btl_tcp_if_include lo)
+tcp=(--mca btl "tcp,self" --mca btl_tcp_if_include lo)
 bin="$build/bench"
 
 limits="$(mktemp -d)"
@@ -60,7 +60,7 @@ record() {  # record TYPE BENCH WAY ROUND COMMAND...: runs it, keeps its figures
     /^name,/ { for (i = 1; i <= NF; ++i) { gsub(/"/, "", $i); col[$i] = i }; next }
     col["name"] && (row == "" || $1 ~ /_median"$/) { row = $0 }
     END {
-      n = split(row, f, ",")
+      split(row, f, ",")
       printf "%s %s %s %s %s\n", key, f[col["tok/s"]], f[col["rank_rss_MiB"]],
         (col["allreduce_us/tok"] ? f[col["allreduce_us/tok"]] : "-"), (col["allreduce_share"] ? f[col["allreduce_share"]] : "-")
     }' "$limits/out.csv" >>"$runs"
@@ -92,7 +92,7 @@ STREAMLLM_BENCH_ALLREDUCE=bf16 OMP_NUM_THREADS=1 mpirun -np 2 --bind-to core "${
 # (and range) of the rounds' ratios to one process, the all-reduce's median
 # time per token and share of the step, and a rank's memory against one process.
 echo "== summary over $rounds rounds: median tok/s; ratio to one process: median (lowest-highest round)"
-awk '
+awk -v rounds="$rounds" '
   function median(list,   a, n, i, j, t) {
     n = split(list, a, " ")
     for (i = 2; i <= n; ++i) for (j = i; j > 1 && a[j - 1] + 0 > a[j] + 0; --j) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
@@ -107,7 +107,6 @@ awk '
     k = $1 " " $2; if (!(k in seen)) { seen[k] = 1; order[++nk] = k }
     tok[k, $3, $4] = $5; toks[k, $3] = toks[k, $3] " " $5; mem[k, $3] = mem[k, $3] " " $6
     if ($7 != "-") { us[k, $3] = us[k, $3] " " $7; share[k, $3] = share[k, $3] " " $8 }
-    if ($4 > rounds) rounds = $4
   }
   END {
     printf "%-14s %9s %9s %9s  %-18s %-18s %-22s %-22s %s\n", "type bench", "one", "shm", "tcp", "shm/one", "tcp/one",
