@@ -8,8 +8,8 @@
 #include <tuple>
 
 #include "bench_support.hpp"
-#include "streamllm/attention.hpp"
 #include "streamllm/kernels/matmul/matmul.hpp"
+#include "streamllm/kernels/ops/attention.hpp"
 
 namespace {
 
@@ -97,12 +97,11 @@ void gemv_tokens(benchmark::State& state, DType t) {
 
 // args: threads, rows, context. One layer's attention with TinyLlama's heads
 // (32 of 64 dims, 4 kv heads): `rows` new tokens after `context` cached ones,
-// in blocks of AttentionBlock::kMaxRows as the model plans them. A chat
+// in blocks of kernels::AttentionBlock::kMaxRows as the model plans them. A chat
 // turn of 38 tokens after 1000 spends a quarter of its prefill here.
 void attention(benchmark::State& state) {
   constexpr int kHeadDim = 64, kHeads = 32, kKvHeads = 4;
   constexpr std::size_t kQd = kHeadDim * kHeads, kKv = kHeadDim * kKvHeads;
-  using Att = Attention<kHeadDim, kHeads, kKvHeads>;
   bench::set_threads(state);
   const auto rows = static_cast<std::int64_t>(state.range(1)), context = static_cast<std::int64_t>(state.range(2));
   const auto keys = static_cast<std::size_t>(context + rows);
@@ -110,20 +109,20 @@ void attention(benchmark::State& state) {
   bench::fill_normal(q.data(), q.size(), 1.0f, 11);
   bench::fill_normal(k.data(), k.size(), 1.0f, 12);
   bench::fill_normal(v.data(), v.size(), 1.0f, 13);
-  std::vector<AttentionBlock> blocks;
-  for (std::int64_t r0 = 0; r0 < rows; r0 += AttentionBlock::kMaxRows) {
-    AttentionBlock b;
+  std::vector<kernels::AttentionBlock> blocks;
+  for (std::int64_t r0 = 0; r0 < rows; r0 += kernels::AttentionBlock::kMaxRows) {
+    kernels::AttentionBlock b;
     b.q = b.q_sink = q.data() + static_cast<std::size_t>(r0) * kQd;
     b.out = out.data() + static_cast<std::size_t>(r0) * kQd;
     b.ld = kQd;
     b.first_pos = context + r0;
-    b.rows = static_cast<int>(std::min<std::int64_t>(AttentionBlock::kMaxRows, rows - r0));
+    b.rows = static_cast<int>(std::min<std::int64_t>(kernels::AttentionBlock::kMaxRows, rows - r0));
     b.segments[0] = {k.data(), v.data(), kKv, context + r0 + b.rows, false, 0};
     b.n_segments = 1;
     blocks.push_back(b);
   }
   for (auto _ : state) {
-    Att::run(blocks.data(), blocks.size());
+    kernels::attend<kHeadDim, kHeads, kKvHeads>(blocks.data(), blocks.size());
     benchmark::ClobberMemory();
   }
   // Scores and weighted values: 2 x 2 x head_dim flops per visible key and query head.

@@ -55,8 +55,8 @@ template <class Config>
 std::string random_llama2c_model(const std::string& name) {
   const auto path = scratch_dir() / (name + "-random.bin");
   const streamllm::ModelShape s = Config::shape();
-  const auto floats = static_cast<std::size_t>(streamllm::io::llama2c_float_count(s, true).value());
-  const auto bytes = streamllm::io::kLlama2cHeaderBytes + floats * 4;
+  const auto floats = static_cast<std::size_t>(streamllm::loaders::llama2c_float_count(s, true).value());
+  const auto bytes = streamllm::loaders::kLlama2cHeaderBytes + floats * 4;
   if (std::filesystem::exists(path) && std::filesystem::file_size(path) == bytes) return path.string();
   std::vector<float> w(floats);
   fill_normal(w.data(), floats, 0.02f, 42);
@@ -68,7 +68,7 @@ std::string random_llama2c_model(const std::string& name) {
   std::fill_n(w.begin() + static_cast<std::ptrdiff_t>(at), L * D, 1.0f);  // rms_ffn
   at += L * D + L * 3 * H * D;
   std::fill_n(w.begin() + static_cast<std::ptrdiff_t>(at), D, 1.0f);  // rms_final
-  streamllm::io::write_llama2c(path.string(), s, true, w);
+  streamllm::loaders::write_llama2c(path.string(), s, true, w);
   return path.string();
 }
 
@@ -77,14 +77,14 @@ std::string random_llama2c_model(const std::string& name) {
 // with the Llama 2 tokenizer's metadata (so llama.cpp loads the same file).
 template <class Config>
 std::string random_gguf_model(const std::string& name, const std::string& type) {
-  namespace io = streamllm::io;
   const auto path = scratch_dir() / (name + "-random-" + type + ".gguf");
   if (std::filesystem::exists(path)) return path.string();
-  const auto recipe = io::parse_recipe(type);
+  const auto recipe = streamllm::loaders::parse_recipe(type);
   const streamllm::ModelShape s = Config::shape();
-  io::GgufWriter w;
-  io::write_llama_metadata(w, s, io::SentencePieceModel::read((data_dir() / "models" / "tokenizer.model").string()), recipe,
-                           name + "-random");
+  streamllm::formats::GgufWriter w;
+  streamllm::loaders::write_llama_metadata(
+      w, s, streamllm::formats::SentencePieceModel::read((data_dir() / "models" / "tokenizer.model").string()), recipe,
+      name + "-random");
   const std::int64_t D = s.dim, H = s.hidden_dim, KV = s.kv_heads * (s.dim / s.heads);
   std::vector<float> buf;
   std::uint64_t seed = 1;
@@ -96,7 +96,7 @@ std::string random_gguf_model(const std::string& name, const std::string& type) 
       std::fill(buf.begin(), buf.end(), 1.0f);
     else
       fill_normal(buf.data(), buf.size(), 0.02f, seed++);
-    io::add_converted_tensor(w, recipe, tensor, dims, buf.data(), s.layers, s.heads / s.kv_heads, false);
+    streamllm::loaders::add_converted_tensor(w, recipe, tensor, dims, buf.data(), s.layers, s.heads / s.kv_heads, false);
   };
   add("token_embd.weight", {D, s.vocab});
   for (std::int64_t l = 0; l < s.layers; ++l) {

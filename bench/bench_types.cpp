@@ -36,7 +36,7 @@ std::vector<TokenId> tokens(std::size_t n) {
 
 // The unit most of a file's prefill runs on: that of its recipe's main type.
 bench::ComputeUnit prefill_unit(const std::string& type) {
-  return bench::compute_unit(io::recipe_info(io::parse_recipe(type)).type);
+  return bench::compute_unit(loaders::recipe_info(loaders::parse_recipe(type)).type);
 }
 
 // args: threads, prompt tokens

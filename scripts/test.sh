@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds and runs the whole test suite (CTest; long-stream tests included).
 #   STREAMLLM_SANITIZE=1  build with clang, AddressSanitizer and UBSan
-#   STREAMLLM_NATIVE=0    portable build (no -march=native: the SSE2 kernels)
+#   STREAMLLM_NATIVE=0    portable build (no -march=native; the kernel families still chosen at run time)
 #   CTEST_ARGS="-L quick" run only the quick label
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -20,7 +20,7 @@ if [ "$sanitize" = 1 ]; then
   name="build-asan"
 fi
 if [ "$native" = 0 ]; then
-  # The portable build checks the SSE2 kernels: the library's tests, not the
+  # The portable build checks the library built as a distribution builds it: its tests, not the
   # example programs (the server, chat and their tests run in the other two)
   # nor the MPI layer (no kernels of its own).
   if [ "$sanitize" = 1 ]; then

@@ -7,7 +7,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 unit="$(mktemp --suffix=.cpp)"
 trap 'rm -f "$unit"' EXIT
 {
-  for h in $(cd "$root/include" && find streamllm -name '*.hpp' | sort); do echo "#include \"$h\""; done
+  for h in $(cd "$root/include" && find streamllm -name '*.hpp' ! -name '*-inl.hpp' ! -name for_each_isa.hpp | sort); do echo "#include \"$h\""; done
   cat <<'CPP'
 template class streamllm::Llama<streamllm::presets::Stories260K>;
 template class streamllm::BatchScheduler<streamllm::presets::Stories260K>;

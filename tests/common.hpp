@@ -60,6 +60,31 @@ inline const std::filesystem::path& scratch() {
   return dir.path();
 }
 
+// The kernel families as types, for one test case per family
+// (TEMPLATE_TEST_CASE(..., TEST_FAMILIES)): a family this CPU cannot run is
+// skipped, not passed.
+struct Avx512 {
+  static constexpr streamllm::kernels::Isa isa = streamllm::kernels::Isa::Avx512Bf16Vnni;
+};
+struct Avx2 {
+  static constexpr streamllm::kernels::Isa isa = streamllm::kernels::Isa::Avx2;
+};
+struct Portable {
+  static constexpr streamllm::kernels::Isa isa = streamllm::kernels::Isa::Portable;
+};
+#define TEST_FAMILIES test::Avx512, test::Avx2, test::Portable
+#define TEST_FAST_FAMILIES test::Avx512, test::Avx2
+
+// Whether this CPU runs the kernels of `isa`. When not, the test says it is
+// skipped and returns: Catch counts it as passed with that warning, CTest
+// reports it skipped (SKIP_REGULAR_EXPRESSION, tests/CMakeLists.txt).
+inline bool cpu_runs(streamllm::kernels::Isa isa) {
+  namespace k = streamllm::kernels;
+  if (k::can_run(isa)) return true;
+  WARN("SKIPPED: this CPU cannot run the " << k::to_string(isa) << " kernels (its best: " << k::to_string(k::best_isa()) << ")");
+  return false;
+}
+
 // Golden tolerance for f32 weights and an f32 cache (golden/README.md).
 inline constexpr float kGoldenTolerance = 1e-3f;
 

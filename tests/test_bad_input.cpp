@@ -120,11 +120,11 @@ TEST_CASE("a crafted llama2.c header whose sizes overflow is refused, not read p
     std::memcpy(bytes.data(), c.header, sizeof c.header);
     const auto path = write_file("crafted.bin", bytes);
     INFO("dim " << c.header[0] << ", hidden_dim " << c.header[1] << ", " << c.file_bytes << " bytes");
-    REQUIRE_THROWS_AS(io::llama2c_tensors(*io::map_file(path)), FileError);
-    REQUIRE_THROWS_WITH(io::llama2c_tensors(*io::map_file(path)),
+    REQUIRE_THROWS_AS(loaders::llama2c_tensors(*formats::map_file(path)), FileError);
+    REQUIRE_THROWS_WITH(loaders::llama2c_tensors(*formats::map_file(path)),
                         Catch::Contains(path) && Catch::Contains("impossible") && Catch::Contains("2^63 bytes"));
-    REQUIRE_THROWS_AS(io::convert_llama2c_to_gguf(path, test::model_path("tok512.model"), (scratch() / "crafted.gguf").string(),
-                                                  io::ConvertRecipe::F32),
+    REQUIRE_THROWS_AS(loaders::convert_llama2c_to_gguf(path, test::model_path("tok512.model"),
+                                                       (scratch() / "crafted.gguf").string(), loaders::ConvertRecipe::F32),
                       FileError);
   }
 }
@@ -253,7 +253,8 @@ struct PoisonedEmbedding {
 TEST_CASE("NaN in the weights reaches the logits as NaN, sampling them is an error, other sequences go on", "[errors]") {
   // f32 weights, and Q8_0 ones whose matrices quantise NaN activations to int8.
   const auto q8 = (scratch() / "stories260K-q8_0.gguf").string();
-  io::convert_llama2c_to_gguf(test::model_path("stories260K.bin"), test::model_path("tok512.model"), q8, io::ConvertRecipe::Q8_0);
+  loaders::convert_llama2c_to_gguf(test::model_path("stories260K.bin"), test::model_path("tok512.model"), q8,
+                                   loaders::ConvertRecipe::Q8_0);
   const std::string files[] = {test::model_path("stories260K.bin"), q8};
   for (const auto& file : files) {
     INFO(file);

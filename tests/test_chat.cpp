@@ -1,7 +1,7 @@
 // Chat sessions: KV reuse across turns, the Llama 2 template, and a session
 // that stays usable whatever a turn does.
 #include "common.hpp"
-#include "streamllm/chat.hpp"
+#include "streamllm/generation/chat.hpp"
 
 using namespace streamllm;
 using test::greedy;

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "common.hpp"
-#include "streamllm/chat.hpp"
+#include "streamllm/generation/chat.hpp"
 
 using namespace streamllm;
 using test::Stories;

@@ -11,8 +11,8 @@
 #include <sstream>
 
 #include "common.hpp"
-#include "streamllm/loaders/convert.hpp"
 #include "streamllm/formats/gguf_writer.hpp"
+#include "streamllm/loaders/convert.hpp"
 
 using namespace streamllm;
 using test::scratch;
@@ -65,12 +65,12 @@ GoldenRun run_golden(Llama<Stories>& m, const test::Golden& g, float tol) {
 // A llama2.c checkpoint of test::WideInt8's shape, weights N(0, 0.05) from `seed`.
 std::string write_random_wide(const std::string& name, unsigned seed) {
   const ModelShape s = test::WideInt8::shape();
-  std::vector<float> w(static_cast<std::size_t>(io::llama2c_float_count(s, true).value()));
+  std::vector<float> w(static_cast<std::size_t>(loaders::llama2c_float_count(s, true).value()));
   std::mt19937 gen(seed);
   std::normal_distribution<float> normal(0.0f, 0.05f);
   for (float& x : w) x = normal(gen);
   const auto path = (scratch() / name).string();
-  io::write_llama2c(path, s, true, w);
+  loaders::write_llama2c(path, s, true, w);
   return path;
 }
 
@@ -93,18 +93,18 @@ TEST_CASE("llama.cpp's stories260K GGUF files reproduce the dense goldens", "[gg
 }
 
 TEST_CASE("a GGUF file's hyper-parameters are read, not assumed", "[gguf]") {
-  const io::GgufFile f(test::model_path("stories260K-F32.gguf"));
+  const formats::GgufFile f(test::model_path("stories260K-F32.gguf"));
   REQUIRE(f.version() == 3);
   REQUIRE(f.real("llama.attention.layer_norm_rms_epsilon").value() == Approx(1e-5));
   auto m = load_llama<Stories>(test::model_path("stories260K-F32.gguf"));
   REQUIRE(m.hparams().rms_eps == Approx(1e-5f));
   REQUIRE(m.hparams().rope_theta == 10000.0);
   // The same model with another epsilon and RoPE base gives other logits.
-  io::GgufWriter w;
+  formats::GgufWriter w;
   for (const auto& [k, v] : f.metadata()) {
-    if (v.type == io::GgufType::U32) w.set(k, static_cast<std::uint32_t>(v.uinteger));
-    if (v.type == io::GgufType::String) w.set(k, std::string(v.string));
-    if (v.type == io::GgufType::F32) w.set(k, static_cast<float>(v.real));
+    if (v.type == formats::GgufType::U32) w.set(k, static_cast<std::uint32_t>(v.uinteger));
+    if (v.type == formats::GgufType::String) w.set(k, std::string(v.string));
+    if (v.type == formats::GgufType::F32) w.set(k, static_cast<float>(v.real));
   }
   w.set("llama.rope.freq_base", 500.0f);
   for (const auto& t : f.tensors()) w.add_tensor(t.name, t.type, t.dims, std::vector<std::byte>(t.data, t.data + t.bytes));
@@ -122,7 +122,7 @@ TEST_CASE("a GGUF file's hyper-parameters are read, not assumed", "[gguf]") {
 TEST_CASE("GGUF written by our converter round-trips through our reader", "[gguf][convert]") {
   const auto bin = test::model_path("stories260K.bin"), tok = test::model_path("tok512.model");
   const auto f32 = (scratch() / "s260-f32.gguf").string();
-  io::convert_llama2c_to_gguf(bin, tok, f32, io::ConvertRecipe::F32);
+  loaders::convert_llama2c_to_gguf(bin, tok, f32, loaders::ConvertRecipe::F32);
   // Same weights, same logits, bit for bit: the .bin and the GGUF.
   auto from_bin = load_llama<Stories>(bin);
   auto from_gguf = load_llama<Stories>(f32);
@@ -134,16 +134,16 @@ TEST_CASE("GGUF written by our converter round-trips through our reader", "[gguf
     REQUIRE(test::max_abs_diff(la, from_gguf.prefill(ids, c2)) == 0.0f);
   }
   // Every type: tensors read back hold exactly the bytes our quantiser made.
-  const io::MappedFile src(bin);
-  const auto tensors = io::llama2c_tensors(src);
+  const formats::MappedFile src(bin);
+  const auto tensors = loaders::llama2c_tensors(src);
   for (const char* type : {"f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "q4_k_m", "q5_k_m"}) {
     const auto path = (scratch() / (std::string("s260-") + type + ".gguf")).string();
-    const auto recipe = io::parse_recipe(type);
-    io::convert_llama2c_to_gguf(bin, tok, path, recipe);
-    const io::GgufFile f(path);
+    const auto recipe = loaders::parse_recipe(type);
+    loaders::convert_llama2c_to_gguf(bin, tok, path, recipe);
+    const formats::GgufFile f(path);
     REQUIRE(f.tensors().size() == tensors.size());
     for (const auto& t : tensors) {
-      const io::GgufTensorInfo* got = f.tensor(t.name);
+      const formats::GgufTensorInfo* got = f.tensor(t.name);
       INFO(type << " " << t.name);
       REQUIRE(got);
       REQUIRE(got->dims == t.dims);
@@ -152,7 +152,7 @@ TEST_CASE("GGUF written by our converter round-trips through our reader", "[gguf
         quant::quantize_row(got->type, t.data + r * t.dims[0], t.dims[0], want.data() + r * row_bytes(got->type, t.dims[0]));
       REQUIRE(std::memcmp(want.data(), got->data, want.size()) == 0);
     }
-    REQUIRE(f.integer("general.file_type") == io::file_type(recipe));
+    REQUIRE(f.integer("general.file_type") == loaders::file_type(recipe));
     // And the model built from it runs.
     auto m = load_llama<Stories>(path);
     KVCache<Stories> cache;
@@ -219,7 +219,7 @@ TEST_CASE("a model interleaves its Q8_0 / Q4_0 matrices at load and computes wha
   const auto bin = write_random_wide("wide.bin", 5);
   for (const char* type : {"q8_0", "q4_0"}) {
     const auto path = (scratch() / (std::string("wide-") + type + ".gguf")).string();
-    io::convert_llama2c_to_gguf(bin, test::model_path("tok512.model"), path, io::parse_recipe(type));
+    loaders::convert_llama2c_to_gguf(bin, test::model_path("tok512.model"), path, loaders::parse_recipe(type));
     const bool saved = kernels::repack_at_load();
     kernels::repack_at_load() = false;
     auto blocks = load_llama<Wide>(path);
@@ -266,7 +266,7 @@ TEST_CASE("files in the 2- and 3-bit K-quants and IQ4 load, and compute on this 
   for (const auto& [recipe, type] : recipes) {
     INFO(recipe);
     const auto path = (scratch() / (std::string("wide-") + recipe + ".gguf")).string();
-    io::convert_llama2c_to_gguf(bin, test::model_path("tok512.model"), path, io::parse_recipe(recipe));
+    loaders::convert_llama2c_to_gguf(bin, test::model_path("tok512.model"), path, loaders::parse_recipe(recipe));
     auto model = load_llama<Wide>(path);
     REQUIRE(model.weights().layers[0].w_up.type == type);
     REQUIRE(traits(model.weights().layers[0].w_down.type).block_elems == 32);  // rows of 544
@@ -298,7 +298,7 @@ TEST_CASE("the low-bit recipes give each Llama matrix llama-quantize's type", "[
   // and a GQA model (8 query heads per KV head) for the rules that look at it.
   const auto type = [](const char* recipe, const std::string& name, std::int64_t layer, std::int64_t gqa = 1,
                        std::int64_t row = 4096) {
-    return io::tensor_type(io::parse_recipe(recipe), {name, layer, 32, gqa, false}, row);
+    return loaders::tensor_type(loaders::parse_recipe(recipe), {name, layer, 32, gqa, false}, row);
   };
   const std::string v = "blk.5.attn_v.weight", down = "blk.5.ffn_down.weight", out = "blk.5.attn_output.weight",
                     up = "blk.5.ffn_up.weight";
@@ -339,12 +339,12 @@ TEST_CASE("quantised weights stay close to the f32 model", "[gguf][convert][quan
   // max logit error and the share of steps whose argmax is the f32 model's.
   using Padded = test::Padded260K;
   const auto bin = test::model_path("stories260K.bin"), tok = test::model_path("tok512.model");
-  const io::MappedFile src(bin);
+  const formats::MappedFile src(bin);
   const ModelShape s = Stories::shape();
   ModelShape ps = s;
   ps.hidden_dim = 192;
   {
-    const auto tensors = io::llama2c_tensors(src);
+    const auto tensors = loaders::llama2c_tensors(src);
     std::vector<float> out;
     for (const auto& t : tensors) {
       std::int64_t n = 1;
@@ -363,7 +363,7 @@ TEST_CASE("quantised weights stay close to the f32 model", "[gguf][convert][quan
       if (t.name == "output_norm.weight") out.insert(out.end(), static_cast<std::size_t>(s.max_seq * 8), 0.0f);  // freq_cis
     }
     // llama2c_tensors lists tensors kind by kind, as the file stores them.
-    io::write_llama2c((scratch() / "padded.bin").string(), ps, true, out);
+    loaders::write_llama2c((scratch() / "padded.bin").string(), ps, true, out);
   }
   auto reference = load_llama<Stories>(bin);
   auto padded_f32 = load_llama<Padded>((scratch() / "padded.bin").string());
@@ -379,7 +379,7 @@ TEST_CASE("quantised weights stay close to the f32 model", "[gguf][convert][quan
                            "q3_k_l", "q3_k_m", "q3_k_s", "q2_k"}) {
     for (bool pad : {false, true}) {
       const auto path = (scratch() / (std::string(pad ? "padded-" : "s260-") + type + ".gguf")).string();
-      io::convert_llama2c_to_gguf(pad ? (scratch() / "padded.bin").string() : bin, tok, path, io::parse_recipe(type));
+      loaders::convert_llama2c_to_gguf(pad ? (scratch() / "padded.bin").string() : bin, tok, path, loaders::parse_recipe(type));
       float max_err = 0;
       std::size_t agree = 0, total = 0;
       auto score = [&](auto& model) {
@@ -457,8 +457,8 @@ struct GgufBytes {
   GgufBytes() {
     const auto path = (scratch() / "valid.gguf").string();
     if (!std::filesystem::exists(path))
-      io::convert_llama2c_to_gguf(test::model_path("stories260K.bin"), test::model_path("tok512.model"), path,
-                                  io::ConvertRecipe::F32);
+      loaders::convert_llama2c_to_gguf(test::model_path("stories260K.bin"), test::model_path("tok512.model"), path,
+                                       loaders::ConvertRecipe::F32);
     std::ifstream in(path, std::ios::binary);
     b.assign(std::istreambuf_iterator<char>(in), {});
   }
@@ -602,10 +602,10 @@ TEST_CASE("tokenizer metadata and hyper-parameters outside their domain are erro
 
 TEST_CASE("a SentencePiece .model with a piece type or special id out of range is an error naming it",
           "[gguf][tokenizer][errors]") {
-  const auto sp = io::SentencePieceModel::read(test::model_path("tok512.model"));
-  auto error_of = [](io::SentencePieceModel m) -> std::string {
+  const auto sp = formats::SentencePieceModel::read(test::model_path("tok512.model"));
+  auto error_of = [](formats::SentencePieceModel m) -> std::string {
     try {
-      (void)io::SentencePieceModel::parse(m.serialize(), "edited.model");
+      (void)formats::SentencePieceModel::parse(m.serialize(), "edited.model");
     } catch (const FileError& e) {
       return e.what();
     }

@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "common.hpp"
-#include "streamllm/attention.hpp"
+#include "streamllm/kernels/matmul/matmul.hpp"
+#include "streamllm/kernels/ops/attention.hpp"
 #include "streamllm/kernels/ops/axpy.hpp"
 #include "streamllm/kernels/ops/dot.hpp"
-#include "streamllm/kernels/matmul/matmul.hpp"
 #include "streamllm/kernels/ops/rmsnorm.hpp"
 #include "streamllm/kernels/ops/rope.hpp"
 #include "streamllm/kernels/ops/silu_gate.hpp"
@@ -43,7 +43,10 @@ const std::size_t kOddSizes[] = {1, 3, 7, 8, 15, 17, 31, 33, 64, 67, 100, 257, 1
 
 }  // namespace
 
-TEST_CASE("dot equals its scalar twin on odd sizes", "[kernels]") {
+// Each op of each kernel family (runtime/cpu_features.hpp) against its scalar twin.
+TEMPLATE_TEST_CASE("dot equals its scalar twin on odd sizes", "[kernels]", TEST_FAMILIES) {
+  if (!test::cpu_runs(TestType::isa)) return;
+  const k::ScopedIsa family(TestType::isa);
   for (std::size_t n : kOddSizes) {
     const auto a = random_vector(n, 1), b = random_vector(n, 2);
     INFO("n = " << n);
@@ -51,18 +54,24 @@ TEST_CASE("dot equals its scalar twin on odd sizes", "[kernels]") {
   }
 }
 
-TEST_CASE("sum_each gives, in lane i, the sum of row i", "[kernels]") {
-  k::Batch rows[k::kLanes];
-  alignas(64) float v[k::kLanes], out[k::kLanes];
-  for (std::size_t i = 0; i < k::kLanes; ++i) {
-    for (std::size_t j = 0; j < k::kLanes; ++j) v[j] = static_cast<float>(i * 100 + j);
-    rows[i] = k::Batch::load_aligned(v);
+TEMPLATE_TEST_CASE("sum_each gives, in lane i, the sum of row i", "[kernels]", TEST_FAMILIES) {
+  if (!test::cpu_runs(TestType::isa)) return;
+  const k::ScopedIsa family(TestType::isa);
+  const auto rows = random_vector(k::kMaxLanes * k::kMaxLanes, 41);
+  float out[k::kMaxLanes];
+  const std::size_t lanes = k::lane_sums(rows.data(), out);
+  REQUIRE(lanes <= k::kMaxLanes);
+  for (std::size_t i = 0; i < lanes; ++i) {
+    double want = 0;
+    for (std::size_t j = 0; j < lanes; ++j) want += rows[i * lanes + j];
+    INFO("lane " << i);
+    REQUIRE(out[i] == Approx(want).epsilon(1e-5).margin(1e-5));
   }
-  k::sum_each(rows).store_aligned(out);
-  for (std::size_t i = 0; i < k::kLanes; ++i) REQUIRE(out[i] == xsimd::hadd(rows[i]));
 }
 
-TEST_CASE("rmsnorm equals its scalar twin on odd sizes", "[kernels]") {
+TEMPLATE_TEST_CASE("rmsnorm equals its scalar twin on odd sizes", "[kernels]", TEST_FAMILIES) {
+  if (!test::cpu_runs(TestType::isa)) return;
+  const k::ScopedIsa family(TestType::isa);
   for (std::size_t n : kOddSizes) {
     const auto x = random_vector(n, 3), w = random_vector(n, 4);
     std::vector<float> got(n), want(n);
@@ -73,7 +82,9 @@ TEST_CASE("rmsnorm equals its scalar twin on odd sizes", "[kernels]") {
   }
 }
 
-TEST_CASE("softmax equals its scalar twin and sums to one", "[kernels]") {
+TEMPLATE_TEST_CASE("softmax equals its scalar twin and sums to one", "[kernels]", TEST_FAMILIES) {
+  if (!test::cpu_runs(TestType::isa)) return;
+  const k::ScopedIsa family(TestType::isa);
   for (std::size_t n : kOddSizes) {
     auto got = random_vector(n, 5, 4.0f);
     auto want = got;
@@ -87,7 +98,9 @@ TEST_CASE("softmax equals its scalar twin and sums to one", "[kernels]") {
   }
 }
 
-TEST_CASE("silu gate equals its scalar twin on odd sizes", "[kernels]") {
+TEMPLATE_TEST_CASE("silu gate equals its scalar twin on odd sizes", "[kernels]", TEST_FAMILIES) {
+  if (!test::cpu_runs(TestType::isa)) return;
+  const k::ScopedIsa family(TestType::isa);
   for (std::size_t n : kOddSizes) {
     auto got = random_vector(n, 6, 3.0f);
     auto want = got;
@@ -99,7 +112,9 @@ TEST_CASE("silu gate equals its scalar twin on odd sizes", "[kernels]") {
   }
 }
 
-TEST_CASE("axpy and scale equal their scalar twins on odd sizes", "[kernels]") {
+TEMPLATE_TEST_CASE("axpy and scale equal their scalar twins on odd sizes", "[kernels]", TEST_FAMILIES) {
+  if (!test::cpu_runs(TestType::isa)) return;
+  const k::ScopedIsa family(TestType::isa);
   for (std::size_t n : kOddSizes) {
     const auto x = random_vector(n, 8);
     auto got = random_vector(n, 9), want = got;
@@ -146,7 +161,9 @@ TEST_CASE("parallel_chunks hands every chunk to one thread once, a stalled threa
   omp_set_num_threads(saved);
 }
 
-TEST_CASE("RoPE tables rotate as the textbook formula does, at any position", "[kernels][rope]") {
+TEMPLATE_TEST_CASE("RoPE tables rotate as the textbook formula does, at any position", "[kernels][rope]", TEST_FAMILIES) {
+  if (!test::cpu_runs(TestType::isa)) return;
+  const k::ScopedIsa family(TestType::isa);
   for (int head_dim : {2, 6, 8, 64, 128}) {
     const k::Rope rope(head_dim, 10000.0);
     std::vector<float> cosx(static_cast<std::size_t>(rope.table_len())), sinx(cosx.size());
@@ -165,7 +182,9 @@ TEST_CASE("RoPE tables rotate as the textbook formula does, at any position", "[
   }
 }
 
-TEST_CASE("matmul equals Eigen's product for f32 weights, any token count", "[kernels][matmul]") {
+TEMPLATE_TEST_CASE("matmul equals Eigen's product for f32 weights, any token count", "[kernels][matmul]", TEST_FAMILIES) {
+  if (!test::cpu_runs(TestType::isa)) return;
+  const k::ScopedIsa family(TestType::isa);
   // m and k odd so that row tiles and vector tails are partial; n covers the
   // matrix-vector path (1..4, and 1..16 through the AVX-512 kernels: four
   // streams up to 4 tokens, two up to 8, passes of 8 past that) and the tiled
@@ -179,21 +198,16 @@ TEST_CASE("matmul equals Eigen's product for f32 weights, any token count", "[ke
       for (std::size_t n : counts) {
         const std::size_t ldx = kk + 3, ldy = m + 2;  // strides wider than the rows
         const auto x = random_vector(n * ldx, 12);
-        std::vector<float> got(n * ldy, -7.0f), want(n * ldy, -7.0f);
-        k::matmul_f32(w.data(), m, kk, x.data(), ldx, n, got.data(), ldy);
+        std::vector<float> want(n * ldy, -7.0f);
         k::scalar::matmul_f32(w.data(), m, kk, x.data(), ldx, n, want.data(), ldy);
         INFO("m " << m << " k " << kk << " n " << n);
-        require_close(got, want, 1e-4f * std::sqrt(static_cast<float>(kk)));
-        // The same weights as a tensor: the dispatch (AVX-512 CPUs pack and
-        // unpack the f32 tiles with register transposes) and the portable path.
+        // The family's rows (AVX-512 CPUs pack and unpack the f32 tiles with
+        // register transposes).
         const auto view = streamllm::TensorView::dense(streamllm::DType::F32, w.data(), static_cast<std::int64_t>(m),
                                                        static_cast<std::int64_t>(kk));
-        for (k::Isa isa : {k::active_isa(), k::Isa::Portable}) {
-          std::vector<float> typed(n * ldy, -7.0f);
-          k::matmul(view, x.data(), n, ldx, typed.data(), ldy, isa);
-          INFO("isa " << k::to_string(isa));
-          require_close(typed, want, 1e-4f * std::sqrt(static_cast<float>(kk)));
-        }
+        std::vector<float> got(n * ldy, -7.0f);
+        k::matmul(view, x.data(), n, ldx, got.data(), ldy);
+        require_close(got, want, 1e-4f * std::sqrt(static_cast<float>(kk)));
       }
     }
   }
@@ -235,7 +249,7 @@ std::vector<float> attend_reference(const float* q, const float* q_sink, const s
 template <int HD, int Heads = 4, int KVHeads = 2>
 void check_tiled_attention(float ramp = 0) {
   constexpr int G = Heads / KVHeads;
-  using Att = streamllm::Attention<HD, Heads, KVHeads>;
+
   constexpr std::size_t stride = KVHeads * HD, qld = Heads * HD;
   const std::int64_t n_keys = 100;
   auto K = random_vector(static_cast<std::size_t>(n_keys) * stride, 13, 2.0f);
@@ -250,7 +264,7 @@ void check_tiled_attention(float ramp = 0) {
       const auto q = random_vector(static_cast<std::size_t>(rows) * qld, 15, 2.0f);
       const auto q_sink = random_vector(static_cast<std::size_t>(rows) * qld, 16, 2.0f);
       std::vector<float> out(static_cast<std::size_t>(rows) * qld);
-      streamllm::AttentionBlock b;
+      k::AttentionBlock b;
       b.q = q.data();
       b.q_sink = q_sink.data();
       b.out = out.data();
@@ -270,7 +284,7 @@ void check_tiled_attention(float ramp = 0) {
         if (p1 <= p0) continue;
         b.segments[b.n_segments++] = {K.data() + p0 * stride, V.data() + p0 * stride, stride, p1 - p0, false, p0};
       }
-      Att::run(&b, 1);
+      k::attend<HD, Heads, KVHeads>(&b, 1);
       for (int r = 0; r < rows; ++r)
         for (int h = 0; h < Heads; ++h) {
           const int kvh = h / G;
@@ -291,16 +305,21 @@ void check_tiled_attention(float ramp = 0) {
 }
 }  // namespace
 
-TEST_CASE("tiled attention equals the textbook form, across key blocks, segments, rows, sinks and windows",
-          "[kernels][attention]") {
+TEMPLATE_TEST_CASE("tiled attention equals the textbook form, across key blocks, segments, rows, sinks and windows",
+                   "[kernels][attention]", TEST_FAMILIES) {
+  if (!test::cpu_runs(TestType::isa)) return;
+  const k::ScopedIsa family(TestType::isa);
   check_tiled_attention<16>();  // whole vectors of head dimension (AVX-512: the vector score path)
   check_tiled_attention<8>();   // fewer than a vector: scalar scores, or keys along the lanes for 16+ queries
   check_tiled_attention<12>();  // not a whole number of vectors on any path
   check_tiled_attention<6>();   // not a multiple of 4: never along the lanes
   check_tiled_attention<64>();
   // Heads of a row taken together against each key block (Attention::kHeadTile):
-  // 2 above; here 4 (8 of them: two tiles), and 3, which takes them one by one.
-  static_assert(streamllm::kernels::kLanes != 16 || streamllm::Attention<64, 16, 2>::kHeadTile == 4);
+  // 2 above; here 4 on AVX-512 and 2 on AVX2 (8 of them: two or four tiles),
+  // and 3, which takes them one by one.
+#ifdef STREAMLLM_HAVE_X86_KERNELS
+  static_assert(k::avx512::Attention<64, 16, 2>::kHeadTile == 4 && k::avx2::Attention<64, 16, 2>::kHeadTile == 2);
+#endif
   check_tiled_attention<64, 16, 2>();
   check_tiled_attention<16, 6, 2>();
   // Scores climbing block after block (to ~25x): the maximum moves often, far.

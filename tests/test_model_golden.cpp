@@ -105,18 +105,18 @@ TEST_CASE("prefill cut into chunks gives the logits of one batch", "[model]") {
 TEST_CASE("a checkpoint with a separate classifier (negative vocab) loads and is used", "[model][llama2c]") {
   // stories260K shares its classifier with the embedding; write the same
   // weights with an explicit classifier, once equal and once negated.
-  const io::MappedFile f(test::model_path("stories260K.bin"));
+  const formats::MappedFile f(test::model_path("stories260K.bin"));
   const ModelShape s = Stories::shape();
-  const auto n = static_cast<std::size_t>(io::llama2c_float_count(s, true).value());
-  const float* w = reinterpret_cast<const float*>(f.data() + io::kLlama2cHeaderBytes);
+  const auto n = static_cast<std::size_t>(loaders::llama2c_float_count(s, true).value());
+  const float* w = reinterpret_cast<const float*>(f.data() + loaders::kLlama2cHeaderBytes);
   std::vector<float> floats(w, w + n);
   floats.insert(floats.end(), w, w + static_cast<std::size_t>(s.vocab * s.dim));  // classifier = embedding
   const auto dir = std::filesystem::temp_directory_path();
   const auto same = (dir / ("streamllm-cls-same-" + std::to_string(::getpid()) + ".bin")).string();
-  io::write_llama2c(same, s, false, floats);
+  loaders::write_llama2c(same, s, false, floats);
   for (std::size_t i = n; i < floats.size(); ++i) floats[i] = -floats[i];
   const auto negated = (dir / ("streamllm-cls-neg-" + std::to_string(::getpid()) + ".bin")).string();
-  io::write_llama2c(negated, s, false, floats);
+  loaders::write_llama2c(negated, s, false, floats);
 
   const std::vector<TokenId> prompt{1, 403, 407, 261, 378};
   KVCache<Stories> c0, c1, c2;

@@ -148,7 +148,7 @@ TEST_CASE("a ring cuts back only until it wraps", "[cache]") {
   REQUIRE(test::max_abs_diff(a, c) <= 1e-4f);
 }
 
-TEST_CASE("a saved cache loads back to bit-equal logits; other files are refused with the reason", "[cache][errors]") {
+TEST_CASE("a saved cache loads back to bit-equal logits, and other files are refused with the reason", "[cache][errors]") {
   const test::ScratchDir dir("streamllm-cachefile");
   const auto ids = golden_ids(90);
   for (bool ring : {false, true}) {

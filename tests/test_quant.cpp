@@ -50,10 +50,6 @@ const std::vector<DType> kTypes = [] {
   return v;
 }();
 
-bool has_fast_path() { return k::can_run(k::Isa::Avx512Bf16Vnni); }
-bool has_avx2_path() { return k::can_run(k::Isa::Avx2); }
-using k::can_run;
-
 // The CPU's own conversions, for builds without -march=native too (called
 // only when the CPU has F16C; none on other architectures).
 #if defined(__x86_64__) || defined(__i386__)
@@ -118,7 +114,9 @@ TEST_CASE("each quantiser's round trip stays within its format's step", "[quant]
   }
 }
 
-TEST_CASE("typed matrix kernels equal the exact product, on both paths and every token count", "[quant][kernels]") {
+TEMPLATE_TEST_CASE("typed matrix kernels equal the exact product, on every token count", "[quant][kernels]", TEST_FAMILIES) {
+  const k::Isa isa = TestType::isa;
+  if (!test::cpu_runs(isa)) return;
   // rows odd (partial row groups and tiles, four decode streams of 9 rows and
   // one row left over), k with an odd number of 32-blocks where the type allows
   // it (the int8 kernels' tail), past 2048 (two slices of the f32 tiles, the
@@ -153,17 +151,11 @@ TEST_CASE("typed matrix kernels equal the exact product, on both paths and every
               s += std::abs(double(row[static_cast<std::size_t>(c)]) * x[j * ldx + static_cast<std::size_t>(c)]);
             bound[j * ldy + static_cast<std::size_t>(r)] = static_cast<float>(s);
           }
-        // The AVX-512 path with BF16's prefill in bf16 tiles (AMD) and in f32
-        // tiles (Intel), whichever this CPU takes.
-        struct Path {
-          k::Isa isa;
-          bool bf16_tiles;
-        };
-        for (const Path path : {Path{k::Isa::Avx512Bf16Vnni, true}, Path{k::Isa::Avx512Bf16Vnni, false},
-                                Path{k::Isa::Avx2, false}, Path{k::Isa::Portable, false}}) {
-          const k::Isa isa = path.isa;
-          if (!can_run(isa)) continue;
-          const k::ScopedBf16Tiles forced(path.bf16_tiles);
+        // On AVX-512, BF16's prefill in bf16 tiles (AMD) and in f32 tiles
+        // (Intel), whichever this CPU takes.
+        for (const bool bf16_tiles_chosen : {false, true}) {
+          if (bf16_tiles_chosen && isa != k::Isa::Avx512Bf16Vnni) continue;
+          const k::ScopedBf16Tiles forced(bf16_tiles_chosen);
           std::vector<float> got(n * ldy, 0.0f);
           k::matmul(m.view, x.data(), n, ldx, got.data(), ldy, isa);
           // Tokens up to the row's limits go to its decode kernel (in passes),
@@ -179,7 +171,7 @@ TEST_CASE("typed matrix kernels equal the exact product, on both paths and every
             for (std::int64_t r = 0; r < rows; ++r) {
               const std::size_t i = j * ldy + static_cast<std::size_t>(r);
               INFO(dtype_name(t) << " cols " << cols << " n " << n << " isa " << k::to_string(isa)
-                                 << (path.bf16_tiles ? " (bf16 tiles)" : "") << " row " << r << " token " << j);
+                                 << (bf16_tiles_chosen ? " (bf16 tiles)" : "") << " row " << r << " token " << j);
               REQUIRE(std::abs(got[i] - want[i]) <= rel * bound[i] + 1e-6f);
             }
           }
@@ -190,9 +182,11 @@ TEST_CASE("typed matrix kernels equal the exact product, on both paths and every
 }
 
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
-TEST_CASE("every row of the kernel table is complete, and its decode kernel equals its portable twin", "[quant][kernels]") {
-  for (const k::Isa isa : {k::Isa::Avx512Bf16Vnni, k::Isa::Avx2, k::Isa::Portable}) {
-    if (!can_run(isa)) continue;
+TEMPLATE_TEST_CASE("every row of the kernel table is complete, and its decode kernel equals its portable twin",
+                   "[quant][kernels]", TEST_FAMILIES) {
+  const k::Isa isa = TestType::isa;
+  if (!test::cpu_runs(isa)) return;
+  {
     std::set<const k::MatmulKernel*> checked;  // every row, under one BF16 choice or the other
     for (const bool bf16 : {true, false}) {
       const k::ScopedBf16Tiles forced(bf16);
@@ -257,10 +251,7 @@ TEST_CASE("every row of the kernel table is complete, and its decode kernel equa
 }
 
 TEST_CASE("the batched kernel's activation layout is the same from the scalar and the vector interleave", "[quant][kernels]") {
-  if (!has_fast_path()) {
-    SUCCEED("no AVX-512 here: the vector interleave is not used");
-    return;
-  }
+  if (!test::cpu_runs(k::Isa::Avx512Bf16Vnni)) return;  // only the AVX-512 family interleaves in vectors
   for (std::size_t rows : {1, 3, 9}) {
     const std::size_t cols = 1024 + 96;  // 2 groups of 16 blocks and 3 blocks left over
     const auto x = normal(rows * cols, 8);
@@ -321,7 +312,7 @@ TEST_CASE("activations with one scale per 256 share it across a super-block and 
   }
 }
 
-TEST_CASE("interleaved Q8_0 / Q4_0 rows hold the same blocks: round trip, dequantised values, the vector interleave", "[quant]") {
+TEST_CASE("interleaved Q8_0 / Q4_0 rows hold the same blocks: round trip, dequantised values", "[quant]") {
   for (DType base : {DType::Q8_0, DType::Q4_0})
     for (std::int64_t cols : {64, 512, 1024 + 96, 5632}) {  // no group, one, two and a tail, eleven
       const Matrix m(base, normal(static_cast<std::size_t>(3 * cols), 11, 0.05f), 3, cols);
@@ -337,13 +328,6 @@ TEST_CASE("interleaved Q8_0 / Q4_0 rows hold the same blocks: round trip, dequan
         quant::dequantize_row(base, m.view.row(r), cols, want.data());
         quant::dequantize_row(quant::interleaved_type(base), inter.data(), cols, got.data());
         REQUIRE(got == want);
-#ifdef STREAMLLM_HAVE_AVX512_KERNELS
-        if (has_fast_path()) {
-          std::vector<std::byte> vec(bytes);
-          k::avx512::interleave_row_avx512(base, m.view.row(r), vec.data(), static_cast<std::size_t>(cols));
-          REQUIRE(vec == inter);
-        }
-#endif
       }
       // quantize_row to an interleaved type is the base type's blocks, interleaved.
       const Matrix direct(quant::interleaved_type(base), normal(static_cast<std::size_t>(3 * cols), 11, 0.05f), 3, cols);
@@ -353,18 +337,34 @@ TEST_CASE("interleaved Q8_0 / Q4_0 rows hold the same blocks: round trip, dequan
     }
 }
 
-TEST_CASE("the VNNI and AVX2 int8 kernels of Q8_0 / Q4_0 equal their portable twins, which do the same integer arithmetic",
-          "[quant][kernels]") {
-  if (!has_fast_path() && !has_avx2_path()) {
-    SUCCEED("neither AVX-512 VNNI nor AVX2 here: the portable path is the only one");
-    return;
-  }
+#ifdef STREAMLLM_HAVE_AVX512_KERNELS
+TEST_CASE("the AVX-512 interleave of Q8_0 / Q4_0 rows equals the scalar one", "[quant]") {
+  if (!test::cpu_runs(k::Isa::Avx512Bf16Vnni)) return;
+  for (DType base : {DType::Q8_0, DType::Q4_0})
+    for (std::int64_t cols : {64, 512, 1024 + 96, 5632}) {
+      const Matrix m(base, normal(static_cast<std::size_t>(3 * cols), 11, 0.05f), 3, cols);
+      const auto bytes = static_cast<std::size_t>(row_bytes(base, cols));
+      for (std::int64_t r = 0; r < 3; ++r) {
+        INFO(dtype_name(base) << " cols " << cols << " row " << r);
+        std::vector<std::byte> inter(bytes), vec(bytes);
+        quant::interleave_row(base, m.view.row(r), inter.data(), cols);
+        k::avx512::interleave_row_avx512(base, m.view.row(r), vec.data(), static_cast<std::size_t>(cols));
+        REQUIRE(vec == inter);
+      }
+    }
+}
+#endif
+
+TEMPLATE_TEST_CASE("the int8 kernels of Q8_0 / Q4_0 equal their portable twins, which do the same integer arithmetic",
+                   "[quant][kernels]", TEST_FAST_FAMILIES) {
+  const k::Isa isa = TestType::isa;
+  if (!test::cpu_runs(isa)) return;
   // Each type in the file's layout and interleaved (the VNNI path's view),
   // the twin always on the file's. AVX2 takes the file's layout: its gemv
   // for both, its int8 tiles for Q4_0 (Q8_0's many tokens go to f32 tiles).
-  for (const k::Isa isa : {k::Isa::Avx512Bf16Vnni, k::Isa::Avx2})
+  {
     for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q8_0x16, DType::Q4_0x16}) {
-      if (!can_run(isa) || (isa == k::Isa::Avx2 && quant::is_interleaved(t))) continue;
+      if (isa == k::Isa::Avx2 && quant::is_interleaved(t)) continue;
       // 5632 + 32: eleven groups, which the batched kernel takes in slices
       // of k (the later ones adding to the first's sums), and a block past them.
       for (std::int64_t cols : {32, 96, 2048, 1024 + 96, 5632 + 32}) {
@@ -382,10 +382,9 @@ TEST_CASE("the VNNI and AVX2 int8 kernels of Q8_0 / Q4_0 equal their portable tw
           // The twin: int8 activations and per-block integer dot products, in scalar code.
           k::QuantizedActivations xa;
           k::quantize_activations(x.data(), static_cast<std::size_t>(cols), n, static_cast<std::size_t>(cols), xa);
-          if (m.view.type == DType::Q8_0)
-            k::portable::gemv_q8_0(m.view, xa, n, twin.data(), static_cast<std::size_t>(rows), 0, static_cast<std::size_t>(rows));
-          else
-            k::portable::gemv_q4_0(m.view, xa, n, twin.data(), static_cast<std::size_t>(rows), 0, static_cast<std::size_t>(rows));
+          const k::DecodeRowsFn twin_gemv = m.view.type == DType::Q8_0 ? k::portable::gemv_q8_0 : k::portable::gemv_q4_0;
+          twin_gemv(m.view, 0, static_cast<std::size_t>(rows), {x.data(), static_cast<std::size_t>(cols), &xa}, n, twin.data(),
+                    static_cast<std::size_t>(rows));
           for (std::size_t i = 0; i < fast.size(); ++i) {
             INFO(dtype_name(t) << " cols " << cols << " n " << n << " isa " << k::to_string(isa) << " output " << i);
             REQUIRE(fast[i] == Approx(twin[i]).epsilon(1e-5).margin(1e-5));
@@ -393,6 +392,7 @@ TEST_CASE("the VNNI and AVX2 int8 kernels of Q8_0 / Q4_0 equal their portable tw
         }
       }
     }
+  }
 }
 
 namespace {
@@ -416,15 +416,13 @@ Matrix twin_test_matrix(DType t, std::int64_t rows, std::int64_t cols, bool extr
   return Matrix(t, extreme ? std::vector<float>(size, 0.05f) : normal(size, 6, 0.05f), rows, cols);
 }
 
-// The int8 kernels of w on every ISA this CPU runs against twin_gemv, the
-// portable twin: the gemv up to its limit, then the tiles (partial, whole and
-// several groups of tokens: 32 per group on AVX-512, 16 on AVX2). Extreme:
-// every activation 1, which quantises to 127.
-template <class Twin>
-void require_int8_kernels_equal_twin(const TensorView& w, bool extreme, Twin&& twin_gemv) {
+// The int8 kernels of w on `isa` against twin_gemv, the portable twin: the
+// gemv up to its limit, then the tiles (partial, whole and several groups of
+// tokens: 32 per group on AVX-512, 16 on AVX2). Extreme: every activation 1,
+// which quantises to 127.
+void require_int8_kernels_equal_twin(k::Isa isa, const TensorView& w, bool extreme, k::DecodeRowsFn twin_gemv) {
   const auto rows = static_cast<std::size_t>(w.rows), cols = static_cast<std::size_t>(w.cols);
-  for (const k::Isa isa : {k::Isa::Avx512Bf16Vnni, k::Isa::Avx2}) {
-    if (!can_run(isa)) continue;
+  {
     // Past the gemv's limit (passes of 4 up to it), a rest after whole
     // groups that goes to the gemv (AVX2: 17, 20; AVX-512: 33, 36; 70 for
     // IQ4_NL, whose gemv takes passes up to 48) and one that the tiles pad
@@ -445,8 +443,8 @@ void require_int8_kernels_equal_twin(const TensorView& w, bool extreme, Twin&& t
       k::quantize_activations(x.data(), cols, n, cols, xa, static_cast<float>(row.activation_limit));
       REQUIRE(row.quantize != nullptr);  // an int8 row
       row.quantize(x.data(), cols, n, cols, xa_decoded);
-      twin_gemv(w, xa, n, twin.data(), rows, std::size_t(0), rows);
-      twin_gemv(w, xa_decoded, n, twin_decoded.data(), rows, std::size_t(0), rows);
+      twin_gemv(w, 0, rows, {x.data(), cols, &xa}, n, twin.data(), rows);
+      twin_gemv(w, 0, rows, {x.data(), cols, &xa_decoded}, n, twin_decoded.data(), rows);
       std::copy(twin_decoded.begin() + static_cast<std::ptrdiff_t>(row.decode_from(n) * rows), twin_decoded.end(),
                 twin.begin() + static_cast<std::ptrdiff_t>(row.decode_from(n) * rows));
       INFO(dtype_name(w.type) << " cols " << cols << " n " << n << " isa " << k::to_string(isa));
@@ -456,13 +454,9 @@ void require_int8_kernels_equal_twin(const TensorView& w, bool extreme, Twin&& t
 }
 }  // namespace
 
-TEST_CASE(
-    "the K-quant int8 kernels (VNNI and AVX2, gemv and tiles) equal their portable twin, which does the same integer arithmetic",
-    "[quant][kernels]") {
-  if (!has_fast_path() && !has_avx2_path()) {
-    SUCCEED("neither AVX-512 VNNI nor AVX2 here: the portable path is the only one");
-    return;
-  }
+TEMPLATE_TEST_CASE("the K-quant int8 kernels (gemv and tiles) equal their portable twin, which does the same integer arithmetic",
+                   "[quant][kernels]", TEST_FAST_FAMILIES) {
+  if (!test::cpu_runs(TestType::isa)) return;
   for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     // k in one slice of the tiles, in two whole ones, and ending in a slice of
     // one super-block; rows leaving partial micro-tiles and row blocks. The
@@ -475,17 +469,14 @@ TEST_CASE(
       cols = std::abs(cols);
       const std::int64_t rows = 70;
       const Matrix m = twin_test_matrix(t, rows, cols, extreme);
-      require_int8_kernels_equal_twin(m.view, extreme, [](auto&&... a) { k::portable::gemv_kquant_int8(a...); });
+      require_int8_kernels_equal_twin(TestType::isa, m.view, extreme, k::portable::gemv_kquant_int8);
     }
   }
 }
 
-TEST_CASE("the int8 kernels of Q4_1, Q5_0 and Q5_1 (VNNI and AVX2, gemv and tiles) equal their portable twin",
-          "[quant][kernels]") {
-  if (!has_fast_path() && !has_avx2_path()) {
-    SUCCEED("neither AVX-512 VNNI nor AVX2 here: the portable path is the only one");
-    return;
-  }
+TEMPLATE_TEST_CASE("the int8 kernels of Q4_1, Q5_0 and Q5_1 (gemv and tiles) equal their portable twin", "[quant][kernels]",
+                   TEST_FAST_FAMILIES) {
+  if (!test::cpu_runs(TestType::isa)) return;
   for (DType t : {DType::Q4_1, DType::Q5_0, DType::Q5_1}) {
     // Even and odd numbers of pairs and of blocks (the AVX-512 kernel's two
     // pairs a step, its odd pair and its scalar last block), one block; then
@@ -501,17 +492,14 @@ TEST_CASE("the int8 kernels of Q4_1, Q5_0 and Q5_1 (VNNI and AVX2, gemv and tile
       if (extreme)
         for (std::size_t i = 0; i < w.size(); ++i) w[i] = i % 32 == 0 ? -0.05f : 0.05f;
       const Matrix m(t, w, rows, cols);
-      require_int8_kernels_equal_twin(m.view, extreme, [](auto&&... a) { k::portable::gemv_unsigned_blocks(a...); });
+      require_int8_kernels_equal_twin(TestType::isa, m.view, extreme, k::portable::gemv_unsigned_blocks);
     }
   }
 }
 
-TEST_CASE("the int8 kernels of Q2_K, Q3_K, IQ4_NL and IQ4_XS (VNNI and AVX2, gemv and tiles) equal their portable twins",
-          "[quant][kernels]") {
-  if (!has_fast_path() && !has_avx2_path()) {
-    SUCCEED("neither AVX-512 VNNI nor AVX2 here: the portable path is the only one");
-    return;
-  }
+TEMPLATE_TEST_CASE("the int8 kernels of Q2_K, Q3_K, IQ4_NL and IQ4_XS (gemv and tiles) equal their portable twins",
+                   "[quant][kernels]", TEST_FAST_FAMILIES) {
+  if (!test::cpu_runs(TestType::isa)) return;
   for (DType t : {DType::Q2_K, DType::Q3_K, DType::IQ4_NL, DType::IQ4_XS}) {
     // Super-blocks: one, a tile slice and a half, past two slices; IQ4_NL
     // also an odd number of blocks and groups of 16 with blocks past them.
@@ -526,14 +514,16 @@ TEST_CASE("the int8 kernels of Q2_K, Q3_K, IQ4_NL and IQ4_XS (VNNI and AVX2, gem
       const std::int64_t rows = 37;
       const Matrix m = twin_test_matrix(t, rows, cols, extreme);
       if (t == DType::Q2_K || t == DType::Q3_K)
-        require_int8_kernels_equal_twin(m.view, extreme, [](auto&&... a) { k::portable::gemv_low_bit_kquant(a...); });
+        require_int8_kernels_equal_twin(TestType::isa, m.view, extreme, k::portable::gemv_low_bit_kquant);
       else
-        require_int8_kernels_equal_twin(m.view, extreme, [](auto&&... a) { k::portable::gemv_iq4(a...); });
+        require_int8_kernels_equal_twin(TestType::isa, m.view, extreme, k::portable::gemv_iq4);
     }
   }
 }
 
-TEST_CASE("matmul_shared gives each matrix what matmul gives it, fused or not", "[quant][kernels]") {
+TEMPLATE_TEST_CASE("matmul_shared gives each matrix what matmul gives it, fused or not", "[quant][kernels]", TEST_FAMILIES) {
+  const k::Isa isa = TestType::isa;
+  if (!test::cpu_runs(isa)) return;
   // wq/wk/wv-like targets (one large, two small, strided outputs) in one
   // type, a mix of int8-tile types (prefill packs the tokens once for all of
   // them: Q4_K_M's wq Q4_K and wv Q6_K), and a mix with F32, which falls back
@@ -558,8 +548,7 @@ TEST_CASE("matmul_shared gives each matrix what matmul gives it, fused or not", 
       {DType::IQ4_XS, DType::IQ4_NL, DType::IQ4_NL},
       {DType::IQ4_NL, DType::IQ4_NL, DType::Q6_K},  // on AVX2 quantised alike only among themselves
       {DType::Q4_0, DType::Q8_0, DType::F32}};
-  for (const k::Isa isa : {k::Isa::Avx512Bf16Vnni, k::Isa::Avx2, k::Isa::Portable}) {
-    if (!can_run(isa)) continue;
+  {
     for (const auto& types : cases) {
       std::vector<Matrix> ms;
       for (std::size_t i = 0; i < 3; ++i)
@@ -589,16 +578,17 @@ TEST_CASE("matmul_shared gives each matrix what matmul gives it, fused or not", 
   }
 }
 
-TEST_CASE("a matrix of many chunks of rows gives each row what that row alone gives, tiles and passes alike",
-          "[quant][kernels]") {
+TEMPLATE_TEST_CASE("a matrix of many chunks of rows gives each row what that row alone gives, tiles and passes alike",
+                   "[quant][kernels]", TEST_FAMILIES) {
+  const k::Isa isa = TestType::isa;
+  if (!test::cpu_runs(isa)) return;
   // matmul runs the tiles and the decode kernel's passes chunk by chunk of
   // rows (64 with the tiles), each chunk writing its own columns of y: 150
   // rows are two whole chunks and a part. Each row alone is one chunk. 17
   // and 20 tokens: decode passes of 16 and a rest; 38 and 70: the tiles'
   // whole groups and a rest on the decode kernel (AVX-512 Q8_0x16: 32 + 6).
   const std::int64_t rows = 150, cols = 512;
-  for (const k::Isa isa : {k::Isa::Avx512Bf16Vnni, k::Isa::Avx2, k::Isa::Portable}) {
-    if (!can_run(isa)) continue;
+  {
     for (DType t : {DType::Q8_0, DType::Q8_0x16, DType::Q4_0, DType::Q4_K, DType::Q6_K, DType::IQ4_NL, DType::BF16}) {
       const Matrix m(t, normal(static_cast<std::size_t>(rows * cols), 31, 0.05f), rows, cols);
       for (std::size_t n : {1, 5, 17, 20, 38, 70}) {
@@ -648,8 +638,10 @@ TEST_CASE("quantisers reject values their type cannot hold, and blocks too small
   }
 }
 
-TEST_CASE("NaN and Inf activations come out as NaN or Inf from every kernel path, and leave other tokens alone",
-          "[quant][kernels][errors]") {
+TEMPLATE_TEST_CASE("NaN and Inf activations come out as NaN or Inf from every kernel path, and leave other tokens alone",
+                   "[quant][kernels][errors]", TEST_FAMILIES) {
+  const k::Isa isa = TestType::isa;
+  if (!test::cpu_runs(isa)) return;
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
   for (DType t : kFileTypes) {
     const std::int64_t cols = 512, rows = 19;
@@ -663,8 +655,7 @@ TEST_CASE("NaN and Inf activations come out as NaN or Inf from every kernel path
       if (n > 1) x[(n - 1) * static_cast<std::size_t>(cols) + 300] = inf;
       if (n > 2)
         for (std::size_t c = 0; c < 32; ++c) x[static_cast<std::size_t>(cols) + 64 + c] = 1e-39f;
-      for (k::Isa isa : {k::Isa::Avx512Bf16Vnni, k::Isa::Avx2, k::Isa::Portable}) {
-        if (!can_run(isa)) continue;
+      {
         std::vector<float> got(n * static_cast<std::size_t>(rows)), ref(got.size());
         k::matmul(m.view, x.data(), n, static_cast<std::size_t>(cols), got.data(), static_cast<std::size_t>(rows), isa);
         k::matmul(m.view, clean.data(), n, static_cast<std::size_t>(cols), ref.data(), static_cast<std::size_t>(rows), isa);

@@ -120,7 +120,7 @@ TEST_CASE("sampling parameters out of their domain are rejected", "[sampler][err
   REQUIRE_THROWS_AS(Sampler(p), InputError);
 }
 
-TEST_CASE("NaN or +Inf logits are an error naming the token; -Inf is a masked token", "[sampler][errors]") {
+TEST_CASE("NaN or +Inf logits are an error naming the token, and -Inf is a masked token", "[sampler][errors]") {
   const float inf = std::numeric_limits<float>::infinity();
   for (float temperature : {0.0f, 0.8f}) {
     SamplingParams p;

@@ -3,7 +3,7 @@
 #include <random>
 
 #include "common.hpp"
-#include "streamllm/scheduler.hpp"
+#include "streamllm/generation/scheduler.hpp"
 
 using namespace streamllm;
 using test::model;

@@ -206,7 +206,7 @@ int main(int argc, char** argv) {
     const auto info = streamllm::read_model_info(o.model);
     if (o.tokenizer.empty()) o.tokenizer = examples::default_tokenizer(o.model, info);
     if (examples::launched_ranks() <= 1) {  // (split across processes, each rank reads only its slice)
-      const streamllm::io::MappedFile file(o.model);
+      const streamllm::formats::MappedFile file(o.model);
       if (file.size() > (std::size_t(64) << 20))
         file.touch_pages([](std::size_t d, std::size_t n) { progress("loading model", d, n); });
     }

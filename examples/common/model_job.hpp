@@ -11,9 +11,9 @@
 
 #include "common/preset_models.hpp"
 #include "common/report_failures.hpp"
-#include "streamllm/error.hpp"
+#include "streamllm/core/error.hpp"
 #include "streamllm/loaders/model_file.hpp"
-#include "streamllm/presets.hpp"
+#include "streamllm/model/presets.hpp"
 
 #if defined(STREAMLLM_EXAMPLES_MPI)
 #include "streamllm/parallel/tensor_parallel.hpp"

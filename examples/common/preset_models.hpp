@@ -6,8 +6,8 @@
 #pragma once
 
 #include "streamllm/loaders/model_file.hpp"
-#include "streamllm/model.hpp"
-#include "streamllm/presets.hpp"
+#include "streamllm/model/llama.hpp"
+#include "streamllm/model/presets.hpp"
 
 #define STREAMLLM_EXAMPLES_EXTERN_MODEL(P)                       \
   extern template class streamllm::Llama<streamllm::presets::P>; \

@@ -10,7 +10,7 @@
 #include <string>
 #include <utility>
 
-#include "streamllm/error.hpp"
+#include "streamllm/core/error.hpp"
 
 namespace examples {
 

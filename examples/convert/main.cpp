@@ -15,13 +15,13 @@ int main(int argc, char** argv) {
   app.add_option("-m,--model", model, "llama2.c .bin checkpoint")->required();
   app.add_option("-z,--tokenizer", tokenizer, "SentencePiece .model of the model's vocabulary")->required();
   app.add_option("-o,--out", out, "GGUF file to write")->required();
-  app.add_option("-t,--type", type, streamllm::io::recipe_names())->capture_default_str();
+  app.add_option("-t,--type", type, streamllm::loaders::recipe_names())->capture_default_str();
   app.add_option("--name", name, "general.name")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   return examples::report_failures("convert", [&] {
     examples::step("converting " + model + " to " + type + " (a tensor's converted copy)");
-    streamllm::io::convert_llama2c_to_gguf(model, tokenizer, out, streamllm::io::parse_recipe(type), name);
-    const streamllm::io::GgufFile f(out);
+    streamllm::loaders::convert_llama2c_to_gguf(model, tokenizer, out, streamllm::loaders::parse_recipe(type), name);
+    const streamllm::formats::GgufFile f(out);
     std::size_t by_type[64] = {};
     for (const auto& t : f.tensors()) ++by_type[static_cast<std::uint32_t>(t.type)];
     std::printf("wrote %s: %zu tensors (", out.c_str(), f.tensors().size());

@@ -47,11 +47,10 @@ int run(const Options& o, streamllm::Llama<Config>& model) {
   opt.sampling.seed = o.seed;
   opt.stop_at_eos = !o.ignore_eos;
 
-  std::fprintf(stderr, "model %s (%s), tokenizer %s, %s, %d threads, kernels %s + %s (BF16 prefill in %s tiles)\n",
+  std::fprintf(stderr, "model %s (%s), tokenizer %s, %s, %d threads, kernels %s (portable: %s; BF16 prefill in %s tiles)\n",
                o.model.c_str(), Config::shape().to_string().c_str(), o.tokenizer.c_str(), cache->describe().c_str(),
-               omp_get_max_threads(), streamllm::kernels::simd_arch_name(),
-               streamllm::kernels::to_string(streamllm::kernels::active_isa()),
-               streamllm::kernels::bf16_tiles() ? "bf16" : "f32");
+               omp_get_max_threads(), streamllm::kernels::to_string(streamllm::kernels::active_isa()),
+               streamllm::kernels::portable::arch_name(), streamllm::kernels::bf16_tiles() ? "bf16" : "f32");
   const auto res = streamllm::generate(model, tok, *cache, std::string_view(o.prompt), opt, [](std::string_view piece) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);

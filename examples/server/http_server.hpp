@@ -27,6 +27,8 @@
 #include <vector>
 
 #include "streamllm/serve/api_service.hpp"
+#include "streamllm/serve/openai_response.hpp"
+#include "streamllm/serve/transport.hpp"
 
 namespace server {
 
@@ -48,7 +50,8 @@ struct HttpOptions {
   std::size_t max_connections = 512;
 };
 
-// `Service` answers HttpRequests: ApiService, or anything with its handle().
+// `Service` answers HttpRequests: ApiService, or anything with its handle()
+// and unavailable() (the reply to a request it cannot take at all).
 template <class Service>
 class HttpServer {
  public:
@@ -93,6 +96,16 @@ class HttpServer {
  private:
   class Session;
 
+  // A whole reply as Beast writes it.
+  static http::response<http::string_body> response(HttpReply r) {
+    http::response<http::string_body> res(static_cast<http::status>(r.status), 11);
+    res.set(http::field::server, "streamllm");
+    for (const auto& [k, v] : r.headers) res.set(k, v);
+    res.body() = std::move(r.body);
+    res.prepare_payload();
+    return res;
+  }
+
   void accept() {
     acceptor_.async_accept(net::make_strand(ioc_), [this](beast::error_code ec, tcp::socket socket) {
       if (ec) {
@@ -101,12 +114,9 @@ class HttpServer {
       }
       if (connections_ >= opt_.max_connections) {  // answered at once, not held
         beast::error_code ignored;
-        const std::string body = R"({"error":{"message":"too many connections","type":"server_error","code":503}})";
-        const std::string busy =
-            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
-            "Retry-After: 1\r\nContent-Length: " +
-            std::to_string(body.size()) + "\r\n\r\n" + body;
-        net::write(socket, net::buffer(busy), ignored);
+        auto busy = response(service_->unavailable("too many connections"));
+        busy.keep_alive(false);
+        http::write(socket, busy, ignored);
         socket.shutdown(tcp::socket::shutdown_both, ignored);
       } else {
         std::make_shared<Session>(*this, std::move(socket))->start();
@@ -139,16 +149,15 @@ class HttpServer {
     void on_read(beast::error_code ec) {
       if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == net::error::operation_aborted) return close();
       if (ec) {
-        HttpReply r;
-        if (ec == http::error::body_limit)
-          r.set_error(413, "the body is larger than the limit of " + std::to_string(srv_.opt_.max_body_bytes) +
-                               " bytes (--max-body-mib)");
-        else if (ec == http::error::header_limit)
-          r.set_error(431, "the request's headers are larger than " + std::to_string(srv_.opt_.max_header_bytes) + " bytes");
-        else
-          r.set_error(400, "malformed HTTP request: " + ec.message());
         keep_alive_ = false;
-        return write_whole(std::move(r));
+        if (ec == http::error::body_limit)
+          return write_whole(streamllm::openai::error_reply(
+              413,
+              "the body is larger than the limit of " + std::to_string(srv_.opt_.max_body_bytes) + " bytes (--max-body-mib)"));
+        if (ec == http::error::header_limit)
+          return write_whole(streamllm::openai::error_reply(
+              431, "the request's headers are larger than " + std::to_string(srv_.opt_.max_header_bytes) + " bytes"));
+        return write_whole(streamllm::openai::error_reply(400, "malformed HTTP request: " + ec.message()));
       }
       stream_.expires_never();
       auto& msg = parser_->get();
@@ -254,12 +263,8 @@ class HttpServer {
     }
 
     void write_whole(HttpReply r) {
-      auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(r.status), 11);
-      res->set(http::field::server, "streamllm");
-      for (const auto& [k, v] : r.headers) res->set(k, v);
-      res->body() = std::move(r.body);
+      auto res = std::make_shared<http::response<http::string_body>>(response(std::move(r)));
       res->keep_alive(keep_alive_ && !gone_);
-      res->prepare_payload();
       writing_ = true;
       http::async_write(stream_, *res, [self = this->shared_from_this(), res](beast::error_code ec, std::size_t) {
         self->writing_ = false;

@@ -4,7 +4,7 @@
 #include "streamllm/cache/kv_cache.hpp"
 #include "streamllm/loaders/gguf_model.hpp"
 #include "streamllm/loaders/llama2c.hpp"
-#include "streamllm/model.hpp"
+#include "streamllm/model/llama.hpp"
 
 namespace streamllm::fuzz {
 namespace {
@@ -19,13 +19,13 @@ void run(Llama<Config> model) {
 
 }  // namespace
 
-void run_gguf_model(const std::shared_ptr<const io::GgufFile>& f) {
-  if (io::gguf_shape(*f).dim == FuzzShapeK::Dim)
-    run(Llama<FuzzShapeK>(io::load_gguf<FuzzShapeK>(f)));
+void run_gguf_model(const std::shared_ptr<const formats::GgufFile>& f) {
+  if (loaders::gguf_shape(*f).dim == FuzzShapeK::Dim)
+    run(Llama<FuzzShapeK>(loaders::load_gguf<FuzzShapeK>(f)));
   else
-    run(Llama<FuzzShape>(io::load_gguf<FuzzShape>(f)));
+    run(Llama<FuzzShape>(loaders::load_gguf<FuzzShape>(f)));
 }
 
-void run_llama2c_model(const std::string& path) { run(Llama<FuzzShape>(io::load_llama2c<FuzzShape>(path))); }
+void run_llama2c_model(const std::string& path) { run(Llama<FuzzShape>(loaders::load_llama2c<FuzzShape>(path))); }
 
 }  // namespace streamllm::fuzz

@@ -12,7 +12,7 @@ namespace streamllm::fuzz {
 
 // The weights of a GGUF file of FuzzShape or FuzzShapeK (by its dim) through
 // the loader, a prefill and a decode step. Throws streamllm::Error.
-void run_gguf_model(const std::shared_ptr<const io::GgufFile>& f);
+void run_gguf_model(const std::shared_ptr<const formats::GgufFile>& f);
 
 // The same for a llama2.c checkpoint of FuzzShape at path.
 void run_llama2c_model(const std::string& path);

@@ -4,7 +4,7 @@
 // super-blocks, so that every weight type's decoder and kernels are reached.
 #pragma once
 
-#include "streamllm/config.hpp"
+#include "streamllm/core/config.hpp"
 
 namespace streamllm::fuzz {
 using FuzzShape = LlamaConfig<32, 64, 1, 2, 1, 6, 8>;

@@ -14,7 +14,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const auto* bytes = reinterpret_cast<const std::byte*>(data);
   try {
-    const auto f = std::make_shared<const streamllm::io::GgufFile>(bytes, size, "fuzz-input");
+    const auto f = std::make_shared<const streamllm::formats::GgufFile>(bytes, size, "fuzz-input");
     for (const auto& t : f->tensors())
       if (t.bytes > 0) {
         volatile std::byte last = t.data[t.bytes - 1];  // must be inside the buffer
@@ -23,11 +23,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     streamllm::fuzz::run_gguf_model(f);
   } catch (const streamllm::Error&) {}
   try {
-    const streamllm::io::GgufFile f(bytes, size, "fuzz-input");
-    (void)streamllm::io::SentencePieceModel::from_gguf(f).serialize();
+    const streamllm::formats::GgufFile f(bytes, size, "fuzz-input");
+    (void)streamllm::formats::SentencePieceModel::from_gguf(f).serialize();
   } catch (const streamllm::Error&) {}
   try {  // the same bytes as a SentencePiece .model (protobuf)
-    (void)streamllm::io::SentencePieceModel::parse({reinterpret_cast<const char*>(data), size}, "fuzz-input").serialize();
+    (void)streamllm::formats::SentencePieceModel::parse({reinterpret_cast<const char*>(data), size}, "fuzz-input").serialize();
   } catch (const streamllm::Error&) {}
   return 0;
 }

@@ -30,9 +30,9 @@ const std::string& as_file(const std::uint8_t* data, std::size_t size) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string& path = as_file(data, size);
   try {
-    const streamllm::io::MappedFile f(path);
+    const streamllm::formats::MappedFile f(path);
     float sum = 0;  // every element the converter would read
-    for (const auto& t : streamllm::io::llama2c_tensors(f)) {
+    for (const auto& t : streamllm::loaders::llama2c_tensors(f)) {
       std::int64_t n = 1;
       for (auto d : t.dims) n *= d;
       for (std::int64_t i = 0; i < n; ++i) sum += t.data[i];

@@ -18,7 +18,9 @@ namespace {
 template <class C>
 void write_model(const std::string& path, streamllm::DType type) {
   using streamllm::DType;
-  streamllm::io::GgufWriter w;
+  namespace formats = streamllm::formats;
+  namespace loaders = streamllm::loaders;
+  streamllm::formats::GgufWriter w;
   w.set("general.architecture", std::string("llama"));
   w.set("llama.embedding_length", std::uint32_t(C::Dim));
   w.set("llama.feed_forward_length", std::uint32_t(C::HiddenDim));
@@ -56,8 +58,9 @@ int main(int argc, char** argv) {
   if (argc != 2 && argc != 3) return 2;
   const std::string dir = argv[1];
   using streamllm::DType;
-  namespace io = streamllm::io;
-  io::GgufWriter w;
+  namespace formats = streamllm::formats;
+  namespace loaders = streamllm::loaders;
+  formats::GgufWriter w;
   w.set("general.architecture", std::string("llama"));
   w.set("general.alignment", std::uint32_t(32));
   w.set("llama.embedding_length", std::uint32_t(64));
@@ -95,26 +98,26 @@ int main(int argc, char** argv) {
     else
       write_model<streamllm::fuzz::FuzzShape>(path, t);
   }
-  io::SentencePieceModel sp;
-  sp.pieces = {{"<unk>", 0, io::SentencePieceModel::Unknown},
-               {"<s>", 0, io::SentencePieceModel::Control},
-               {"</s>", 0, io::SentencePieceModel::Control},
-               {"<0x41>", 0, io::SentencePieceModel::Byte},
+  formats::SentencePieceModel sp;
+  sp.pieces = {{"<unk>", 0, formats::SentencePieceModel::Unknown},
+               {"<s>", 0, formats::SentencePieceModel::Control},
+               {"</s>", 0, formats::SentencePieceModel::Control},
+               {"<0x41>", 0, formats::SentencePieceModel::Byte},
                {"\xe2\x96\x81"
                 "a",
-                -1, io::SentencePieceModel::Normal},
-               {"b", -2, io::SentencePieceModel::Normal}};
+                -1, formats::SentencePieceModel::Normal},
+               {"b", -2, formats::SentencePieceModel::Normal}};
   const std::string proto = sp.serialize();
   std::ofstream(dir + "/seed-tokenizer.model", std::ios::binary).write(proto.data(), static_cast<std::streamsize>(proto.size()));
-  io::GgufWriter empty;
+  formats::GgufWriter empty;
   empty.set("general.architecture", std::string("llama"));
   empty.write(dir + "/seed-empty.gguf");
   if (argc == 3) {  // llama2.c checkpoints of FuzzShape: the classifier shared, and a separate one
     const streamllm::ModelShape s = streamllm::fuzz::FuzzShape::shape();
     for (const bool shared : {true, false}) {
-      std::vector<float> floats(static_cast<std::size_t>(streamllm::io::llama2c_float_count(s, shared).value()));
+      std::vector<float> floats(static_cast<std::size_t>(streamllm::loaders::llama2c_float_count(s, shared).value()));
       for (std::size_t i = 0; i < floats.size(); ++i) floats[i] = static_cast<float>(i % 13) / 13.0f - 0.5f;
-      io::write_llama2c(std::string(argv[2]) + (shared ? "/seed-shared.bin" : "/seed-classifier.bin"), s, shared, floats);
+      loaders::write_llama2c(std::string(argv[2]) + (shared ? "/seed-shared.bin" : "/seed-classifier.bin"), s, shared, floats);
     }
   }
   return 0;

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "../common.hpp"
+#include "streamllm/loaders/convert.hpp"
 #include "streamllm/parallel/tensor_parallel.hpp"
 
 namespace test {

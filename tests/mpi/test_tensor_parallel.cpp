@@ -133,12 +133,12 @@ std::string wide_model(const std::string& type) {
   const auto bin = (test::scratch() / "wide.bin").string(), path = (test::scratch() / ("wide-" + type + ".gguf")).string();
   if (test::mpi().rank() == 0) {
     const ModelShape s = Wide::shape();
-    std::vector<float> w(static_cast<std::size_t>(io::llama2c_float_count(s, true).value()));
+    std::vector<float> w(static_cast<std::size_t>(loaders::llama2c_float_count(s, true).value()));
     std::mt19937 gen(11);
     std::normal_distribution<float> normal(0.0f, 0.05f);
     for (float& x : w) x = normal(gen);
-    io::write_llama2c(bin, s, true, w);
-    io::convert_llama2c_to_gguf(bin, test::model_path("tok512.model"), path, io::parse_recipe(type));
+    loaders::write_llama2c(bin, s, true, w);
+    loaders::convert_llama2c_to_gguf(bin, test::model_path("tok512.model"), path, loaders::parse_recipe(type));
   }
   return from_rank0(path);
 }
@@ -151,7 +151,7 @@ template <class Config>
 std::size_t stray_file_pages(const std::string& path, const ModelWeights<Config>& w) {
   std::size_t stray = 0;
 #if defined(__linux__)
-  const std::uint64_t header = io::GgufFile(path).data_offset();
+  const std::uint64_t header = formats::GgufFile(path).data_offset();
   const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
   const auto ranges = detail::read_ranges(w);
   const auto read = [&](std::uintptr_t p) {
@@ -191,7 +191,7 @@ TEST_CASE("quantised files split over two ranks compute what one process compute
     // Another mapping of the whole file, every page read, as the other
     // rank's would be where slices meet: the kernel's page-out skips a page
     // that another mapping holds too.
-    const auto other = io::map_file(path);
+    const auto other = formats::map_file(path);
     volatile unsigned char sum = 0;
     for (std::size_t at = 0; at < other->size(); at += 512)
       sum = static_cast<unsigned char>(sum + std::to_integer<unsigned char>(other->data()[at]));

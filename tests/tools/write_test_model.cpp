@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <vector>
 
+#include "streamllm/generation/sampler.hpp"
 #include "streamllm/loaders/llama2c.hpp"
-#include "streamllm/sampler.hpp"
 
 int main(int argc, char** argv) {
   if (argc != 9) {
@@ -16,9 +16,9 @@ int main(int argc, char** argv) {
   streamllm::ModelShape s;
   std::int64_t* fields[] = {&s.dim, &s.hidden_dim, &s.layers, &s.heads, &s.kv_heads, &s.vocab, &s.max_seq};
   for (int i = 0; i < 7; ++i) *fields[i] = std::atoll(argv[i + 2]);
-  std::vector<float> w(static_cast<std::size_t>(streamllm::io::llama2c_float_count(s, true).value()));
+  std::vector<float> w(static_cast<std::size_t>(streamllm::loaders::llama2c_float_count(s, true).value()));
   streamllm::Rng rng(1);
   for (auto& x : w) x = (rng.uniform() - 0.5f) * 0.04f;
-  streamllm::io::write_llama2c(argv[1], s, true, w);
+  streamllm::loaders::write_llama2c(argv[1], s, true, w);
   return 0;
 }

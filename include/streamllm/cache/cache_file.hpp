@@ -30,9 +30,9 @@
 
 #include "streamllm/cache/kv_cache.hpp"
 #include "streamllm/cache/sink_window_cache.hpp"
-#include "streamllm/config.hpp"
-#include "streamllm/error.hpp"
-#include "streamllm/util/hash.hpp"
+#include "streamllm/core/config.hpp"
+#include "streamllm/core/error.hpp"
+#include "streamllm/core/hash.hpp"
 
 namespace streamllm {
 

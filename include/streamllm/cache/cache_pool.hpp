@@ -28,7 +28,7 @@
 #include "streamllm/cache/cache_file.hpp"
 #include "streamllm/cache/kv_cache.hpp"
 #include "streamllm/cache/sink_window_cache.hpp"
-#include "streamllm/error.hpp"
+#include "streamllm/core/error.hpp"
 
 namespace streamllm {
 

@@ -14,30 +14,12 @@
 #include <string>
 #include <vector>
 
-#include "streamllm/config.hpp"
-#include "streamllm/error.hpp"
-#include "streamllm/memory.hpp"
+#include "streamllm/core/config.hpp"
+#include "streamllm/core/error.hpp"
+#include "streamllm/core/memory.hpp"
+#include "streamllm/kernels/ops/kv_segment.hpp"
 
 namespace streamllm {
-
-// A run of keys (and their values) of consecutive text positions: key j of
-// kv head h is at k + j * stride + h * head_dim, at text position
-// first_pos + j. `sink` keys are read with the query rotated at its cache
-// position rather than its text position (see sink_window_cache.hpp).
-struct KVSegment {
-  const float* k = nullptr;
-  const float* v = nullptr;
-  std::size_t stride = 0;
-  std::int64_t count = 0;
-  bool sink = false;
-  std::int64_t first_pos = 0;
-};
-
-// Most segments a cache returns for one query.
-inline constexpr int kMaxCacheSegments = 3;
-
-// A window wider than any stream: the dense cache's.
-inline constexpr std::int64_t kUnboundedWindow = std::numeric_limits<std::int64_t>::max() / 4;
 
 template <class Config>
 class KVCacheBase {

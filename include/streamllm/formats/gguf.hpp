@@ -16,11 +16,11 @@
 #include <string_view>
 #include <vector>
 
-#include "streamllm/dtype.hpp"
-#include "streamllm/error.hpp"
+#include "streamllm/core/dtype.hpp"
+#include "streamllm/core/error.hpp"
 #include "streamllm/formats/mapped_file.hpp"
 
-namespace streamllm::io {
+namespace streamllm::formats {
 
 enum class GgufType : std::uint32_t {
   U8 = 0,
@@ -375,4 +375,4 @@ class GgufFile {
   std::set<std::string_view> names_;  // views into the mapping
 };
 
-}  // namespace streamllm::io
+}  // namespace streamllm::formats

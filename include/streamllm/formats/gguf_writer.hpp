@@ -10,11 +10,11 @@
 #include <variant>
 #include <vector>
 
-#include "streamllm/dtype.hpp"
-#include "streamllm/error.hpp"
+#include "streamllm/core/dtype.hpp"
+#include "streamllm/core/error.hpp"
 #include "streamllm/formats/gguf.hpp"
 
-namespace streamllm::io {
+namespace streamllm::formats {
 
 class GgufWriter {
  public:
@@ -121,4 +121,4 @@ class GgufWriter {
   std::vector<Tensor> tensors_;
 };
 
-}  // namespace streamllm::io
+}  // namespace streamllm::formats

@@ -15,9 +15,9 @@
 #include <span>
 #include <string>
 
-#include "streamllm/error.hpp"
+#include "streamllm/core/error.hpp"
 
-namespace streamllm::io {
+namespace streamllm::formats {
 
 // How a model file reaches memory: mapped (zero-copy, shared with the page
 // cache, the default), or read into anonymous memory backed by huge pages
@@ -121,4 +121,4 @@ inline std::shared_ptr<const MappedFile> map_file(const std::string& path, LoadM
   return std::make_shared<const MappedFile>(path, mode);
 }
 
-}  // namespace streamllm::io
+}  // namespace streamllm::formats

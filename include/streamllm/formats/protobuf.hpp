@@ -7,9 +7,9 @@
 #include <string>
 #include <string_view>
 
-#include "streamllm/error.hpp"
+#include "streamllm/core/error.hpp"
 
-namespace streamllm::io {
+namespace streamllm::formats {
 
 class ProtoWriter {
  public:
@@ -100,4 +100,4 @@ class ProtoReader {
   std::size_t at_ = 0;
 };
 
-}  // namespace streamllm::io
+}  // namespace streamllm::formats

@@ -14,7 +14,7 @@
 #include "streamllm/formats/gguf.hpp"
 #include "streamllm/formats/protobuf.hpp"
 
-namespace streamllm::io {
+namespace streamllm::formats {
 
 struct SentencePieceModel {
   enum Type : int { Normal = 1, Unknown = 2, Control = 3, UserDefined = 4, Unused = 5, Byte = 6 };
@@ -181,4 +181,4 @@ struct SentencePieceModel {
   }
 };
 
-}  // namespace streamllm::io
+}  // namespace streamllm::formats

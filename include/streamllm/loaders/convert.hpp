@@ -6,11 +6,11 @@
 #include <vector>
 
 #include "streamllm/formats/gguf_writer.hpp"
-#include "streamllm/loaders/llama2c.hpp"
 #include "streamllm/formats/sentencepiece_model.hpp"
+#include "streamllm/loaders/llama2c.hpp"
 #include "streamllm/quant/blocks.hpp"
 
-namespace streamllm::io {
+namespace streamllm::loaders {
 
 // What a converted file holds: one type for all matrices, or a mix as
 // llama.cpp's llama-quantize makes it for a Llama model (tensor_type).
@@ -140,8 +140,8 @@ inline DType tensor_type(ConvertRecipe r, const TensorPlace& at, std::int64_t ro
 }
 
 // The llama architecture's keys and the tokenizer's, as llama.cpp reads them.
-inline void write_llama_metadata(GgufWriter& w, const ModelShape& s, const SentencePieceModel& sp, ConvertRecipe recipe,
-                                 const std::string& name) {
+inline void write_llama_metadata(formats::GgufWriter& w, const ModelShape& s, const formats::SentencePieceModel& sp,
+                                 ConvertRecipe recipe, const std::string& name) {
   if (static_cast<std::int64_t>(sp.pieces.size()) != s.vocab)
     throw InputError("the tokenizer has " + std::to_string(sp.pieces.size()) + " pieces, the model's vocabulary " +
                      std::to_string(s.vocab));
@@ -180,7 +180,7 @@ inline void write_llama_metadata(GgufWriter& w, const ModelShape& s, const Sente
 }
 
 // One tensor of f32 values, in the recipe's type for it.
-inline void add_converted_tensor(GgufWriter& w, ConvertRecipe recipe, const std::string& name,
+inline void add_converted_tensor(formats::GgufWriter& w, ConvertRecipe recipe, const std::string& name,
                                  const std::vector<std::int64_t>& dims, const float* data, std::int64_t layers, std::int64_t gqa,
                                  bool tied_output) {
   std::int64_t layer = -1;
@@ -199,11 +199,11 @@ inline void add_converted_tensor(GgufWriter& w, ConvertRecipe recipe, const std:
 
 inline void convert_llama2c_to_gguf(const std::string& model_path, const std::string& tokenizer_path, const std::string& out_path,
                                     ConvertRecipe recipe, const std::string& name = "llama") {
-  const MappedFile f(model_path);
+  const formats::MappedFile f(model_path);
   bool shared = true;
   const ModelShape s = read_llama2c_shape(f, &shared);
-  GgufWriter w;
-  write_llama_metadata(w, s, SentencePieceModel::read(tokenizer_path), recipe, name);
+  formats::GgufWriter w;
+  write_llama_metadata(w, s, formats::SentencePieceModel::read(tokenizer_path), recipe, name);
   for (const auto& t : llama2c_tensors(f)) try {
       add_converted_tensor(w, recipe, t.name, t.dims, t.data, s.layers, s.heads / s.kv_heads, shared);
     } catch (const InputError& e) {  // a value the type cannot hold: the input file's fault
@@ -212,4 +212,4 @@ inline void convert_llama2c_to_gguf(const std::string& model_path, const std::st
   w.write(out_path);
 }
 
-}  // namespace streamllm::io
+}  // namespace streamllm::loaders

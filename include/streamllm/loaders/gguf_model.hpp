@@ -11,15 +11,15 @@
 #include <utility>
 #include <vector>
 
+#include "streamllm/core/memory.hpp"
 #include "streamllm/formats/gguf.hpp"
-#include "streamllm/memory.hpp"
+#include "streamllm/model/weights.hpp"
 #include "streamllm/quant/blocks.hpp"
-#include "streamllm/weights.hpp"
 
-namespace streamllm::io {
+namespace streamllm::loaders {
 
 // The model shape a GGUF file declares (max_seq: llama.context_length).
-inline ModelShape gguf_shape(const GgufFile& f) {
+inline ModelShape gguf_shape(const formats::GgufFile& f) {
   const auto arch = f.string("general.architecture");
   if (!arch) f.fail("metadata 'general.architecture' is missing");
   if (*arch != "llama") f.fail("architecture is '" + std::string(*arch) + "'; streamllm runs 'llama' models");
@@ -45,7 +45,7 @@ inline ModelShape gguf_shape(const GgufFile& f) {
 
 // Owns what a GGUF model needs beyond the mapping: norms converted to f32.
 struct GgufModelStorage {
-  std::shared_ptr<const GgufFile> file;
+  std::shared_ptr<const formats::GgufFile> file;
   std::vector<AlignedVector<float>> converted;
 };
 
@@ -54,16 +54,17 @@ namespace detail {
 // marked used (a tensor left unused is an error: not a Llama 2 model).
 class GgufTensors {
  public:
-  GgufTensors(const GgufFile& f, GgufModelStorage& storage) : f_(f), storage_(storage), used_(f.tensors().size(), false) {}
+  GgufTensors(const formats::GgufFile& f, GgufModelStorage& storage)
+      : f_(f), storage_(storage), used_(f.tensors().size(), false) {}
 
   TensorView matrix(const std::string& name, std::int64_t rows, std::int64_t cols) {
-    const GgufTensorInfo& t = get(name, {cols, rows});
+    const formats::GgufTensorInfo& t = get(name, {cols, rows});
     return TensorView{t.type, t.data, rows, cols, row_bytes(t.type, cols)};
   }
 
   // A norm's weights, as f32 (converted once into the storage if need be).
   const float* vector(const std::string& name, std::int64_t n) {
-    const GgufTensorInfo& t = get(name, {n});
+    const formats::GgufTensorInfo& t = get(name, {n});
     if (t.type == DType::F32) return reinterpret_cast<const float*>(t.data);
     auto& buf = storage_.converted.emplace_back(static_cast<std::size_t>(n));
     quant::dequantize_row(t.type, t.data, n, buf.data());
@@ -76,8 +77,8 @@ class GgufTensors {
   }
 
  private:
-  const GgufTensorInfo& get(const std::string& name, const std::vector<std::int64_t>& want) {
-    const GgufTensorInfo* t = f_.tensor(name);
+  const formats::GgufTensorInfo& get(const std::string& name, const std::vector<std::int64_t>& want) {
+    const formats::GgufTensorInfo* t = f_.tensor(name);
     if (!t) f_.fail("tensor '" + name + "' is missing");
     used_[static_cast<std::size_t>(t - f_.tensors().data())] = true;
     if (t->dims != want) f_.fail("tensor " + name + " has shape " + show(t->dims) + ", the template expects " + show(want));
@@ -89,14 +90,14 @@ class GgufTensors {
     return s + "]";
   }
 
-  const GgufFile& f_;
+  const formats::GgufFile& f_;
   GgufModelStorage& storage_;
   std::vector<bool> used_;
 };
 
 // RoPE's base and RMSNorm's epsilon, checked as doubles: a value beyond
 // float's range must not reach the cast.
-inline HyperParams gguf_hparams(const GgufFile& f) {
+inline HyperParams gguf_hparams(const formats::GgufFile& f) {
   const double rope_theta = f.real("llama.rope.freq_base").value_or(10000.0);
   const double rms_eps = f.real("llama.attention.layer_norm_rms_epsilon").value_or(1e-5);
   if (!(rope_theta > 0 && std::isfinite(rope_theta)) || !(rms_eps > 0 && rms_eps < 1))
@@ -114,8 +115,8 @@ inline HyperParams gguf_hparams(const GgufFile& f) {
 // The weights of a parsed GGUF file (which they keep alive); every shape is
 // checked against Config.
 template <class Config>
-ModelWeights<Config> load_gguf(std::shared_ptr<const GgufFile> file, WeightLayout layout = WeightLayout::ForKernels) {
-  const GgufFile& f = *file;
+ModelWeights<Config> load_gguf(std::shared_ptr<const formats::GgufFile> file, WeightLayout layout = WeightLayout::ForKernels) {
+  const formats::GgufFile& f = *file;
   ModelShape shape = gguf_shape(f);
   // llama.context_length is the trained context; the template's MaxSeq sizes
   // the dense cache. Files made by converters often carry a placeholder here
@@ -156,9 +157,9 @@ ModelWeights<Config> load_gguf(std::shared_ptr<const GgufFile> file, WeightLayou
 }
 
 template <class Config>
-ModelWeights<Config> load_gguf(const std::string& path, LoadMode mode = LoadMode::Mapped,
+ModelWeights<Config> load_gguf(const std::string& path, formats::LoadMode mode = formats::LoadMode::Mapped,
                                WeightLayout layout = WeightLayout::ForKernels) {
-  return load_gguf<Config>(std::make_shared<const GgufFile>(path, mode), layout);
+  return load_gguf<Config>(std::make_shared<const formats::GgufFile>(path, mode), layout);
 }
 
-}  // namespace streamllm::io
+}  // namespace streamllm::loaders

@@ -12,13 +12,13 @@
 #include <utility>
 #include <vector>
 
-#include "streamllm/checked_size.hpp"
-#include "streamllm/config.hpp"
-#include "streamllm/error.hpp"
+#include "streamllm/core/checked_size.hpp"
+#include "streamllm/core/config.hpp"
+#include "streamllm/core/error.hpp"
 #include "streamllm/formats/mapped_file.hpp"
-#include "streamllm/weights.hpp"
+#include "streamllm/model/weights.hpp"
 
-namespace streamllm::io {
+namespace streamllm::loaders {
 
 struct Llama2cHeader {
   std::int32_t dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len;
@@ -28,7 +28,7 @@ static_assert(kLlama2cHeaderBytes == 28);
 
 // Parses and sanity-checks the header; `shared_classifier` is set from the
 // sign of vocab_size (negative: a separate classifier follows the weights).
-inline ModelShape read_llama2c_shape(const MappedFile& f, bool* shared_classifier = nullptr) {
+inline ModelShape read_llama2c_shape(const formats::MappedFile& f, bool* shared_classifier = nullptr) {
   if (f.size() < kLlama2cHeaderBytes)
     throw FileError(f.path(), "truncated: " + std::to_string(f.size()) + " bytes, a llama2.c header needs 28");
   Llama2cHeader h;
@@ -80,9 +80,9 @@ inline std::int64_t llama2c_file_bytes(const ModelShape& s, bool shared_classifi
 }
 
 template <class Config>
-ModelWeights<Config> load_llama2c(const std::string& path, LoadMode mode = LoadMode::Mapped,
+ModelWeights<Config> load_llama2c(const std::string& path, formats::LoadMode mode = formats::LoadMode::Mapped,
                                   WeightLayout layout = WeightLayout::ForKernels) {
-  auto file = map_file(path, mode);
+  auto file = formats::map_file(path, mode);
   bool shared = true;
   const ModelShape shape = read_llama2c_shape(*file, &shared);
   check_shape<Config>(shape, path);
@@ -135,7 +135,7 @@ struct Llama2cTensor {
   const float* data;
 };
 
-inline std::vector<Llama2cTensor> llama2c_tensors(const MappedFile& f) {
+inline std::vector<Llama2cTensor> llama2c_tensors(const formats::MappedFile& f) {
   bool shared = true;
   const ModelShape s = read_llama2c_shape(f, &shared);
   const std::int64_t need = llama2c_file_bytes(s, shared, f.path());
@@ -189,4 +189,4 @@ inline void write_llama2c(const std::string& path, const ModelShape& s, bool sha
   if (!out) throw FileError(path, "write failed");
 }
 
-}  // namespace streamllm::io
+}  // namespace streamllm::loaders

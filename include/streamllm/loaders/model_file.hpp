@@ -5,14 +5,12 @@
 #include <cstring>
 #include <string>
 
-#include "streamllm/config.hpp"
+#include "streamllm/core/config.hpp"
 #include "streamllm/formats/gguf.hpp"
-#include "streamllm/loaders/gguf_model.hpp"
-#include "streamllm/formats/gguf_writer.hpp"
-#include "streamllm/loaders/convert.hpp"
-#include "streamllm/loaders/llama2c.hpp"
 #include "streamllm/formats/mapped_file.hpp"
-#include "streamllm/model.hpp"
+#include "streamllm/loaders/gguf_model.hpp"
+#include "streamllm/loaders/llama2c.hpp"
+#include "streamllm/model/llama.hpp"
 
 namespace streamllm {
 
@@ -21,7 +19,7 @@ enum class ModelFormat { Llama2c, Gguf };
 // GGUF by its magic, or by its name (so that a .gguf file with a broken
 // magic is reported as such); anything else is read as llama2.c.
 inline ModelFormat detect_format(const std::string& path) {
-  const io::MappedFile f(path);
+  const formats::MappedFile f(path);
   if (f.size() >= 4 && std::memcmp(f.data(), "GGUF", 4) == 0) return ModelFormat::Gguf;
   if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".gguf") == 0) return ModelFormat::Gguf;
   return ModelFormat::Llama2c;
@@ -34,18 +32,18 @@ struct ModelFileInfo {
 
 // The shape a model file declares, for dispatching to a preset.
 inline ModelFileInfo read_model_info(const std::string& path) {
-  if (detect_format(path) == ModelFormat::Gguf) return {ModelFormat::Gguf, io::gguf_shape(io::GgufFile(path))};
-  const io::MappedFile f(path);
-  return {ModelFormat::Llama2c, io::read_llama2c_shape(f)};
+  if (detect_format(path) == ModelFormat::Gguf) return {ModelFormat::Gguf, loaders::gguf_shape(formats::GgufFile(path))};
+  const formats::MappedFile f(path);
+  return {ModelFormat::Llama2c, loaders::read_llama2c_shape(f)};
 }
 
-using io::LoadMode;
+using formats::LoadMode;
 
 template <class Config>
 ModelWeights<Config> load_weights(const std::string& path, LoadMode mode = LoadMode::Mapped,
                                   WeightLayout layout = WeightLayout::ForKernels) {
-  return detect_format(path) == ModelFormat::Gguf ? io::load_gguf<Config>(path, mode, layout)
-                                                  : io::load_llama2c<Config>(path, mode, layout);
+  return detect_format(path) == ModelFormat::Gguf ? loaders::load_gguf<Config>(path, mode, layout)
+                                                  : loaders::load_llama2c<Config>(path, mode, layout);
 }
 
 // Maps a checkpoint (llama2.c .bin or GGUF) and checks it against the

@@ -25,12 +25,12 @@
 
 #include "streamllm/cache/kv_cache.hpp"
 #include "streamllm/cache/sink_window_cache.hpp"
-#include "streamllm/dtype.hpp"
-#include "streamllm/error.hpp"
-#include "streamllm/model.hpp"
+#include "streamllm/core/dtype.hpp"
+#include "streamllm/core/error.hpp"
+#include "streamllm/model/llama.hpp"
+#include "streamllm/model/shard_link.hpp"
+#include "streamllm/model/tensor_shard.hpp"
 #include "streamllm/parallel/mpi_runtime.hpp"
-#include "streamllm/shard/shard_link.hpp"
-#include "streamllm/shard/tensor_shard.hpp"
 
 namespace streamllm::parallel {
 
@@ -57,6 +57,64 @@ struct LinkStats {
 
 namespace detail {
 enum Message : std::int64_t { kForward = 1, kCopy = 2, kDrop = 3, kStop = 4 };
+
+// One forward call as rank 0 sends it to the others (words of a broadcast):
+// kForward, the number of sequences, then per sequence its cache (the id
+// every rank knows it by, whether it is new, its kind and sizes, the tokens
+// it holds), whether the call wants all its logits, and its tokens. Encoded
+// and decoded here, field by field in the same order.
+struct ForwardPlan {
+  struct Sequence {
+    std::int64_t cache_id = 0;
+    bool new_cache = false, dense = true;
+    std::int64_t capacity = 0, sinks = 0, window = 0;  // window: 0 for a dense cache
+    std::int64_t size = 0;                             // tokens in the cache before the call
+    bool all_logits = false;
+    std::span<const TokenId> tokens;
+  };
+  static constexpr std::size_t kSequenceWords = 9;  // a sequence's fields before its tokens
+
+  // Rank 0: the message of these sequences into `words` (reused: once per token).
+  static void encode(std::span<const Sequence> seqs, std::vector<std::int64_t>& words) {
+    words.assign({kForward, static_cast<std::int64_t>(seqs.size())});
+    for (const Sequence& q : seqs) {
+      words.insert(words.end(), {q.cache_id, q.new_cache ? 1 : 0, q.dense ? 0 : 1, q.capacity, q.sinks, q.window, q.size,
+                                 static_cast<std::int64_t>(q.tokens.size()), q.all_logits ? 1 : 0});
+      words.insert(words.end(), q.tokens.begin(), q.tokens.end());
+    }
+  }
+
+  // The others: the sequences of a kForward message, their tokens in `tokens`
+  // (reused). A message that does not hold what it says is an Error.
+  static void decode(const std::vector<std::int64_t>& words, std::vector<Sequence>& seqs, std::vector<TokenId>& tokens) {
+    const auto n = static_cast<std::size_t>(words.at(1));
+    if (n > (words.size() - 2) / kSequenceWords) throw Error("a forward plan from rank 0 names more sequences than it holds");
+    seqs.assign(n, {});
+    std::vector<std::size_t> first(n);
+    tokens.clear();
+    std::size_t at = 2;
+    for (std::size_t s = 0; s < n; ++s) {
+      Sequence& q = seqs[s];
+      if (at + kSequenceWords > words.size()) throw Error("a forward plan from rank 0 ends inside sequence " + std::to_string(s));
+      q.cache_id = words[at];
+      q.new_cache = words[at + 1] != 0;
+      q.dense = words[at + 2] == 0;
+      q.capacity = words[at + 3];
+      q.sinks = words[at + 4];
+      q.window = words[at + 5];
+      q.size = words[at + 6];
+      const auto count = static_cast<std::size_t>(words[at + 7]);
+      q.all_logits = words[at + 8] != 0;
+      at += kSequenceWords;
+      if (count > words.size() - at)
+        throw Error("a forward plan from rank 0 ends inside sequence " + std::to_string(s) + "'s tokens");
+      first[s] = tokens.size();
+      for (std::size_t i = 0; i < count; ++i) tokens.push_back(static_cast<TokenId>(words[at++]));
+    }
+    for (std::size_t s = 0; s < n; ++s)  // spans once `tokens` no longer grows
+      seqs[s].tokens = std::span<const TokenId>(tokens).subspan(first[s], (s + 1 < n ? first[s + 1] : tokens.size()) - first[s]);
+  }
+};
 
 // bf16 sum for MPI_Allreduce: MPI has no 16-bit float type of its own.
 inline void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
@@ -164,20 +222,19 @@ class MpiShardLink final : public ShardLink<Config> {
       throw InputError("tensor parallel: the other ranks were stopped; this model runs no more calls");
     }
     // One buffer for every plan: this runs once per generated token.
-    std::vector<std::int64_t>& words = plan_;
-    words.assign({detail::kForward, static_cast<std::int64_t>(seqs.size())});
+    plan_seqs_.clear();
     for (const ForwardSequence<Config>& seq : seqs) {
       Cache& c = *seq.cache;
       const bool is_new = c.mirror_id() == 0;
       if (is_new) c.set_mirror(mirror_, ++leader_->next_id);
-      words.insert(words.end(), {static_cast<std::int64_t>(c.mirror_id()), is_new ? 1 : 0, c.kind() == Cache::Kind::Dense ? 0 : 1,
-                                 c.capacity(), c.sinks(), c.kind() == Cache::Kind::Dense ? 0 : c.window(), c.size(),
-                                 static_cast<std::int64_t>(seq.tokens.size()), seq.all_logits ? 1 : 0});
-      words.insert(words.end(), seq.tokens.begin(), seq.tokens.end());
+      const bool dense = c.kind() == Cache::Kind::Dense;
+      plan_seqs_.push_back({static_cast<std::int64_t>(c.mirror_id()), is_new, dense, c.capacity(), c.sinks(),
+                            dense ? 0 : c.window(), c.size(), seq.all_logits, seq.tokens});
     }
+    detail::ForwardPlan::encode(plan_seqs_, plan_);
     try {
       const Timer t(stats_.plan_s);
-      broadcast_words(comm_, words);
+      broadcast_words(comm_, plan_);
     } catch (...) {
       leader_->turn.unlock();
       throw;
@@ -254,9 +311,9 @@ class MpiShardLink final : public ShardLink<Config> {
       return *it->second;
     };
     std::vector<std::int64_t> msg;
+    std::vector<detail::ForwardPlan::Sequence> plan;
     std::vector<TokenId> tokens;
     std::vector<ForwardSequence<Config>> seqs;
-    std::vector<std::size_t> first;
     for (;;) {
       broadcast_words(comm_, msg);
       if (msg.empty()) throw Error("an empty message from rank 0");
@@ -265,37 +322,26 @@ class MpiShardLink final : public ShardLink<Config> {
         case detail::kDrop: caches.erase(msg.at(1)); break;
         case detail::kCopy: caches[msg.at(2)] = cache(msg.at(1)).copy_prefix(msg.at(3), msg.at(4)); break;
         case detail::kForward: {
-          const auto n = static_cast<std::size_t>(msg.at(1));
-          std::size_t at = 2;
-          tokens.clear();
-          seqs.assign(n, {});
-          first.assign(n, 0);
-          for (std::size_t s = 0; s < n; ++s) {
-            const std::int64_t id = msg.at(at), is_new = msg.at(at + 1), dense = msg.at(at + 2) == 0;
-            const std::int64_t capacity = msg.at(at + 3), sinks = msg.at(at + 4), window = msg.at(at + 5);
-            const std::int64_t size = msg.at(at + 6), count = msg.at(at + 7);
-            if (is_new) {
-              if (dense)
-                caches[id] = std::make_unique<KVCache<Config>>(capacity);
+          detail::ForwardPlan::decode(msg, plan, tokens);
+          seqs.assign(plan.size(), {});
+          for (std::size_t s = 0; s < plan.size(); ++s) {
+            const detail::ForwardPlan::Sequence& q = plan[s];
+            if (q.new_cache) {
+              if (q.dense)
+                caches[q.cache_id] = std::make_unique<KVCache<Config>>(q.capacity);
               else
-                caches[id] = std::make_unique<DynamicSinkWindowKVCache<Config>>(sinks, window);
+                caches[q.cache_id] = std::make_unique<DynamicSinkWindowKVCache<Config>>(q.sinks, q.window);
             }
-            Cache& c = cache(id);
-            if (dense && !c.grow(capacity))  // rank 0's grew in place (a conversation taken from the pool)
-              throw Error("cache " + std::to_string(id) + " cannot grow to " + std::to_string(capacity) + " positions here");
-            if (c.size() < size)
-              throw Error("cache " + std::to_string(id) + " holds " + std::to_string(c.size()) + " tokens here, " +
-                          std::to_string(size) + " on rank 0");
-            c.truncate(size);
-            seqs[s].cache = &c;
-            seqs[s].all_logits = msg.at(at + 8) != 0;
-            first[s] = tokens.size();
-            at += 9;
-            for (std::int64_t i = 0; i < count; ++i) tokens.push_back(static_cast<TokenId>(msg.at(at++)));
+            Cache& c = cache(q.cache_id);
+            if (q.dense && !c.grow(q.capacity))  // rank 0's grew in place (a conversation taken from the pool)
+              throw Error("cache " + std::to_string(q.cache_id) + " cannot grow to " + std::to_string(q.capacity) +
+                          " positions here");
+            if (c.size() < q.size)
+              throw Error("cache " + std::to_string(q.cache_id) + " holds " + std::to_string(c.size()) + " tokens here, " +
+                          std::to_string(q.size) + " on rank 0");
+            c.truncate(q.size);
+            seqs[s] = {&c, q.tokens, q.all_logits};
           }
-          for (std::size_t s = 0; s < n; ++s)
-            seqs[s].tokens =
-                std::span<const TokenId>(tokens).subspan(first[s], (s + 1 < n ? first[s + 1] : tokens.size()) - first[s]);
           model.forward(seqs);
           break;
         }
@@ -308,10 +354,8 @@ class MpiShardLink final : public ShardLink<Config> {
   int rank_ = 0;
   // At most this many bytes per MPI_Allreduce. For large messages OpenMPI
   // reduces by scatter then gather, with a temporary buffer the size of the
-  // message that the allocator then keeps (4 MiB for a prefill of 512
-  // TinyLlama rows, 64 MiB for 4096 rows of Llama-2-7B). Chunks of 1 MiB
-  // keep about 92% of one call's bandwidth over shared memory
-  // (bench_allreduce: 8.2 GB/s against 8.9 at 4 MiB).
+  // message that the allocator then keeps (64 MiB for 4096 rows of
+  // Llama-2-7B); chunks of 1 MiB keep most of one call's bandwidth.
   static constexpr std::size_t kAllReduceBytes = std::size_t(1) << 20;
 
   void sum_in_chunks(float* x, std::size_t n, AllReducePrecision precision) {
@@ -343,6 +387,7 @@ class MpiShardLink final : public ShardLink<Config> {
   std::vector<float> gathered_;
   std::vector<int> gather_counts_, gather_offsets_;
   std::vector<std::int64_t> plan_;
+  std::vector<detail::ForwardPlan::Sequence> plan_seqs_;
   LinkStats stats_;
   std::shared_ptr<detail::Leader> leader_;
   std::shared_ptr<detail::CacheMirror<Config>> mirror_;

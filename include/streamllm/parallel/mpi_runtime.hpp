@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "streamllm/error.hpp"
+#include "streamllm/core/error.hpp"
 
 namespace streamllm::parallel {
 

@@ -17,13 +17,13 @@
 #include <utility>
 #include <vector>
 
-#include "streamllm/error.hpp"
+#include "streamllm/core/error.hpp"
 #include "streamllm/loaders/model_file.hpp"
-#include "streamllm/model.hpp"
+#include "streamllm/loaders/shard_weights.hpp"
+#include "streamllm/model/llama.hpp"
+#include "streamllm/model/tensor_shard.hpp"
 #include "streamllm/parallel/mpi_link.hpp"
 #include "streamllm/parallel/mpi_runtime.hpp"
-#include "streamllm/shard/shard_weights.hpp"
-#include "streamllm/shard/tensor_shard.hpp"
 
 namespace streamllm::parallel {
 

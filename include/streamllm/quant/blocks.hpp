@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "streamllm/dtype.hpp"
-#include "streamllm/error.hpp"
+#include "streamllm/core/dtype.hpp"
+#include "streamllm/core/error.hpp"
 #include "streamllm/quant/interleaved.hpp"
 #include "streamllm/quant/low_bit_kquants.hpp"
 #include "streamllm/quant/nonlinear_blocks.hpp"

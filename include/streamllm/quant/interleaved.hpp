@@ -19,7 +19,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "streamllm/dtype.hpp"
+#include "streamllm/core/dtype.hpp"
 
 namespace streamllm::quant {
 

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "streamllm/dtype.hpp"
+#include "streamllm/core/dtype.hpp"
 #include "streamllm/quant/quantiser_math.hpp"
 
 namespace streamllm::quant {

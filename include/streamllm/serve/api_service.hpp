@@ -1,11 +1,11 @@
 // An OpenAI-compatible service over the batch scheduler, free of any HTTP
-// library: a binding hands it each request (method, target, headers, body)
-// and writes back what it answers. Answers that need the model come back as
-// an Exchange, filled from the scheduler's thread as pieces are generated:
-// server-sent events for a stream, one JSON body at the end otherwise.
-//
-//   GET  /health, /metrics, /v1/models, /v1/models/{id}
-//   POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize
+// library: a binding hands it each request (transport.hpp: method, target,
+// headers, body) and writes back what it answers. Answers that need the
+// model come back as an Exchange, filled from the scheduler's thread as
+// pieces are generated: server-sent events for a stream, one JSON body at
+// the end otherwise. The endpoints are the route table (ApiService::kRoutes);
+// requests are read by openai_request.hpp, answers written by
+// openai_response.hpp.
 //
 // Conversations reuse their KV cache across requests: each sequence asks
 // the scheduler for a cache rather than bringing one, and answers the model
@@ -24,51 +24,23 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
-#include "streamllm/chat_template.hpp"
+#include "streamllm/core/utf8.hpp"
 #include "streamllm/serve/engine.hpp"
 #include "streamllm/serve/metrics.hpp"
-#include "streamllm/serve/openai.hpp"
-#include "streamllm/util/utf8.hpp"
+#include "streamllm/serve/openai_request.hpp"
+#include "streamllm/serve/openai_response.hpp"
+#include "streamllm/serve/transport.hpp"
+#include "streamllm/text/chat_template.hpp"
 
 namespace streamllm::serve {
 
 using json = nlohmann::json;
-
-struct HttpRequest {
-  std::string method, target;
-  std::vector<std::pair<std::string, std::string>> headers;  // names in lower case
-  std::string body;
-
-  std::string_view header(std::string_view name) const {
-    for (const auto& [k, v] : headers)
-      if (k == name) return v;
-    return {};
-  }
-  std::string_view path() const {
-    const std::string_view t = target;
-    return t.substr(0, t.find('?'));
-  }
-};
-
-struct HttpReply {
-  int status = 200;
-  std::vector<std::pair<std::string, std::string>> headers;
-  std::string body;
-
-  void set_json(int code, const json& j) {
-    status = code;
-    body = openai::dump(j);
-    headers.emplace_back("Content-Type", "application/json");
-  }
-  void set_error(int code, std::string_view message, std::string_view param = {}, std::string type = {}) {
-    set_json(code, openai::error_body(message, code, param, std::move(type)));
-  }
-};
 
 struct ServiceOptions {
   std::string model_name = "streamllm";
@@ -86,84 +58,6 @@ struct ServiceOptions {
   bool loopback_hosts_only = true;  // accept only loopback Host names (a loopback bind: DNS rebinding)
   int retry_after_s = 1;
   std::function<void(const std::string&)> warn;
-};
-
-// One generating request: its status line, headers and body as they become
-// known. Thread-safe: the scheduler's thread fills it, the binding's drains it.
-class Exchange {
- public:
-  explicit Exchange(bool streaming) : streaming_(streaming) {}
-
-  bool streaming() const { return streaming_; }
-
-  // Called (from any thread) whenever there is something new to take; when
-  // set after output is ready, at once.
-  void on_ready(std::function<void()> f) {
-    bool now;
-    {
-      std::lock_guard lock(mu_);
-      notify_ = std::move(f);
-      now = head_ready_ && (!out_.empty() || finished_);
-    }
-    if (now) notify_();
-  }
-  // Status and headers, once known (a stream at once, a whole answer at its end).
-  std::optional<HttpReply> head() const {
-    std::lock_guard lock(mu_);
-    if (!head_ready_) return std::nullopt;
-    return head_;
-  }
-  // Appends the body bytes ready so far to `out`; true when no more will come.
-  bool take(std::string& out) {
-    std::lock_guard lock(mu_);
-    out += out_;
-    out_.clear();
-    return finished_;
-  }
-  // The client has gone (or the server ends the stream): cancels the sequences.
-  void cancel() {
-    std::function<void()> c;
-    {
-      std::lock_guard lock(mu_);
-      c = cancel_;
-    }
-    if (c) c();
-  }
-
-  // The service's side.
-  void set_head(HttpReply h) {
-    std::lock_guard lock(mu_);
-    head_ = std::move(h);
-    head_ready_ = true;
-  }
-  void set_cancel(std::function<void()> c) {
-    std::lock_guard lock(mu_);
-    cancel_ = std::move(c);
-  }
-  // Appends body bytes (and with `last`, ends it; `head` replaces the status line).
-  void write(std::string_view data, bool last = false, std::optional<HttpReply> head = std::nullopt) {
-    std::function<void()> n;
-    {
-      std::lock_guard lock(mu_);
-      if (finished_) return;
-      out_ += data;
-      if (head) {
-        head_ = std::move(*head);
-        head_ready_ = true;
-      }
-      finished_ = last;
-      if (head_ready_) n = notify_;
-    }
-    if (n) n();
-  }
-
- private:
-  const bool streaming_;
-  mutable std::mutex mu_;
-  HttpReply head_;
-  bool head_ready_ = false, finished_ = false;
-  std::string out_;
-  std::function<void()> notify_, cancel_;
 };
 
 // Not a template: the model's shape is behind the Engine, so a program that
@@ -198,22 +92,32 @@ class ApiService {
   Handled handle(const HttpRequest& req) {
     Handled h;
     const std::string path(req.path());
-    const std::string endpoint = endpoint_name(path);
+    const Route* route = find_route(path);
     try {
-      route(req, path, h);
+      check_host(req);
+      if (!route) throw openai::ApiError(404, "no such endpoint: " + req.method + " " + path);
+      serve(*route, req, path, h);
     } catch (const openai::ApiError& e) {
       h = {};
-      h.reply.set_error(e.status(), e.what(), e.param(), e.type());
+      h.reply = openai::error_reply(e.status(), e.what(), e.param(), e.type());
       if (e.status() == 429 || e.status() == 503) h.reply.headers.emplace_back("Retry-After", std::to_string(opt_.retry_after_s));
-      if (e.status() == 405) h.reply.headers.emplace_back("Allow", allowed(path));
+      if (e.status() == 405) h.reply.headers.emplace_back("Allow", allowed(*route));
       if (e.status() == 401) h.reply.headers.emplace_back("WWW-Authenticate", "Bearer");
     } catch (const std::exception& e) {
       h = {};
-      h.reply.set_error(500, e.what());
+      h.reply = openai::error_reply(500, e.what());
     }
     add_cors(req, h.exchange ? nullptr : &h.reply);
-    if (!h.exchange) metrics_.request(endpoint, h.reply.status);
+    if (!h.exchange) metrics_.request(route ? std::string(route->metric) : "other", h.reply.status);
     return h;
+  }
+
+  // What a binding answers when it cannot take a request at all (too many
+  // connections): 503, with the service's Retry-After.
+  HttpReply unavailable(std::string_view why) const {
+    HttpReply r = openai::error_reply(503, why);
+    r.headers.emplace_back("Retry-After", std::to_string(opt_.retry_after_s));
+    return r;
   }
 
   // Headers a cross-origin browser client needs on every answer (empty when
@@ -269,18 +173,41 @@ class ApiService {
     }
   }
 
-  static std::string endpoint_name(const std::string& path) {
-    for (const char* p :
-         {"/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"})
-      if (path == p) return p;
-    if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
-    return "other";
+  // ---- the endpoints -----------------------------------------------------------
+
+  // What a request asks of an endpoint; a handler writes its reply into
+  // `h` (or, for a generation, sets h.exchange).
+  struct Route;
+  struct Call {
+    const Route& route;
+    const HttpRequest& req;
+    const std::string& path;
+  };
+  using Handler = void (ApiService::*)(const Call&, Handled&);
+
+  // One endpoint: its path (or, with `prefix`, every path that starts with
+  // it), its method (GET answers HEAD too; every path answers OPTIONS, a
+  // CORS preflight), the name /metrics counts it under, whether it answers
+  // without the API key, and its handler.
+  struct Route {
+    std::string_view path;
+    bool prefix;
+    std::string_view method;
+    std::string_view metric;
+    bool open;
+    Handler handle;
+  };
+
+  // The route table (below the class: its handlers must be declared first).
+  static std::span<const Route> routes();
+
+  static const Route* find_route(std::string_view path) {
+    for (const Route& r : routes())
+      if (r.prefix ? path.size() > r.path.size() && path.substr(0, r.path.size()) == r.path : path == r.path) return &r;
+    return nullptr;
   }
 
-  static std::string allowed(const std::string& path) {
-    if (path == "/health" || path == "/metrics" || path.rfind("/v1/models", 0) == 0) return "GET, OPTIONS";
-    return "POST, OPTIONS";
-  }
+  static std::string allowed(const Route& r) { return std::string(r.method) + ", OPTIONS"; }
 
   static bool loopback_host(std::string_view host) {
     if (host.empty()) return true;  // HTTP/1.0
@@ -292,52 +219,64 @@ class ApiService {
     return name == "localhost" || name == "[::1]" || name.rfind("127.", 0) == 0;
   }
 
-  void route(const HttpRequest& req, const std::string& path, Handled& h) {
-    using openai::ApiError;
+  // A loopback server answers only loopback Host names (DNS rebinding).
+  void check_host(const HttpRequest& req) const {
     if (opt_.loopback_hosts_only && !loopback_host(req.header("host")))
-      throw ApiError(403,
-                     "Host '" + std::string(req.header("host")) +
-                         "' is not accepted: this server listens on loopback and answers only loopback names",
-                     {}, "permission_error");
-    const bool gets = path == "/health" || path == "/metrics" || path == "/v1/models" || path.rfind("/v1/models/", 0) == 0;
-    const bool posts = path == "/v1/completions" || path == "/v1/chat/completions" || path == "/completions" ||
-                       path == "/chat/completions" || path == "/tokenize" || path == "/detokenize";
-    if (!gets && !posts) throw ApiError(404, "no such endpoint: " + req.method + " " + path);
+      throw openai::ApiError(403,
+                             "Host '" + std::string(req.header("host")) +
+                                 "' is not accepted: this server listens on loopback and answers only loopback names",
+                             {}, "permission_error");
+  }
+
+  // The checks every endpoint shares (the method, the key), then its handler.
+  void serve(const Route& route, const HttpRequest& req, const std::string& path, Handled& h) {
+    using openai::ApiError;
     if (req.method == "OPTIONS") {  // a CORS preflight
       h.reply.status = 204;
-      h.reply.headers.emplace_back("Allow", allowed(path));
+      h.reply.headers.emplace_back("Allow", allowed(route));
       if (!cors_headers(req.header("origin")).empty()) {
-        h.reply.headers.emplace_back("Access-Control-Allow-Methods", allowed(path));
+        h.reply.headers.emplace_back("Access-Control-Allow-Methods", allowed(route));
         h.reply.headers.emplace_back("Access-Control-Allow-Headers", "Authorization, Content-Type");
         h.reply.headers.emplace_back("Access-Control-Max-Age", "600");
       }
       return;
     }
-    if ((gets && req.method != "GET" && req.method != "HEAD") || (posts && req.method != "POST"))
-      throw ApiError(405, "method " + req.method + " is not allowed on " + path + " (" + allowed(path) + ")");
-    if (path == "/health") return health(h.reply);
-    if (!opt_.api_key.empty() && req.header("authorization") != "Bearer " + opt_.api_key)
+    if (req.method != route.method && !(route.method == "GET" && req.method == "HEAD"))
+      throw ApiError(405, "method " + req.method + " is not allowed on " + path + " (" + allowed(route) + ")");
+    if (!route.open && !opt_.api_key.empty() && req.header("authorization") != "Bearer " + opt_.api_key)
       throw ApiError(401, req.header("authorization").empty() ? "an API key is required: Authorization: Bearer <key>"
                                                               : "the API key is not valid");
-    if (path == "/metrics") {
-      h.reply.status = 200;
-      h.reply.body = metrics_.text({engine_->active(), engine_->waiting(), engine_->pool_bytes(), engine_->pool_entries()});
-      h.reply.headers.emplace_back("Content-Type", "text/plain; version=0.0.4");
-      return;
-    }
-    if (path == "/v1/models") return h.reply.set_json(200, {{"object", "list"}, {"data", json::array({model_json()})}});
-    if (gets) {  // /v1/models/{id}
-      const std::string id = path.substr(std::string_view("/v1/models/").size());
-      if (id != opt_.model_name)
-        throw ApiError(404, "the model '" + id + "' does not exist; this server has '" + opt_.model_name + "'", "model");
-      return h.reply.set_json(200, model_json());
-    }
-    const json body = parse_body(req);
-    if (path == "/tokenize") return tokenize(body, h.reply);
-    if (path == "/detokenize") return detokenize(body, h.reply);
-    h.exchange = generate(body, path.find("chat") != std::string::npos ? openai::Endpoint::Chat : openai::Endpoint::Completions,
-                          req.header("origin"));
+    (this->*route.handle)(Call{route, req, path}, h);
   }
+
+  void health(const Call&, Handled& h) {
+    h.reply = openai::json_reply(draining_ ? 503 : 200, {{"status", draining_ ? "shutting down" : "ok"},
+                                                         {"model", opt_.model_name},
+                                                         {"active_sequences", engine_->active()},
+                                                         {"waiting_sequences", engine_->waiting()}});
+  }
+
+  void metrics(const Call&, Handled& h) {
+    h.reply.status = 200;
+    h.reply.body = metrics_.text({engine_->active(), engine_->waiting(), engine_->pool_bytes(), engine_->pool_entries()});
+    h.reply.headers.emplace_back("Content-Type", "text/plain; version=0.0.4");
+  }
+
+  json model_json() const { return openai::model_object(opt_.model_name, created_, shape_, opt_.window > 0); }
+
+  void models(const Call&, Handled& h) {
+    h.reply = openai::json_reply(200, {{"object", "list"}, {"data", json::array({model_json()})}});
+  }
+
+  void model(const Call& c, Handled& h) {  // /v1/models/{id}
+    const std::string id = c.path.substr(std::string_view("/v1/models/").size());
+    if (id != opt_.model_name)
+      throw openai::ApiError(404, "the model '" + id + "' does not exist; this server has '" + opt_.model_name + "'", "model");
+    h.reply = openai::json_reply(200, model_json());
+  }
+
+  void completions(const Call& c, Handled& h) { h.exchange = generate(c, openai::Endpoint::Completions); }
+  void chat_completions(const Call& c, Handled& h) { h.exchange = generate(c, openai::Endpoint::Chat); }
 
   json parse_body(const HttpRequest& req) const {
     using openai::ApiError;
@@ -354,31 +293,9 @@ class ApiService {
     }
   }
 
-  void health(HttpReply& r) const {
-    r.set_json(draining_ ? 503 : 200, {{"status", draining_ ? "shutting down" : "ok"},
-                                       {"model", opt_.model_name},
-                                       {"active_sequences", engine_->active()},
-                                       {"waiting_sequences", engine_->waiting()}});
-  }
-
-  json model_json() const {
-    const ModelShape& s = shape_;
-    return {{"id", opt_.model_name},
-            {"object", "model"},
-            {"created", created_},
-            {"owned_by", "streamllm"},
-            {"meta",
-             {{"dim", s.dim},
-              {"layers", s.layers},
-              {"heads", s.heads},
-              {"kv_heads", s.kv_heads},
-              {"vocab", s.vocab},
-              {"context", s.max_seq},
-              {"cache", opt_.window > 0 ? "sink+window" : "dense"}}}};
-  }
-
-  void tokenize(const json& body, HttpReply& r) const {
+  void tokenize(const Call& c, Handled& h) {
     using openai::ApiError;
+    const json body = parse_body(c.req);
     const auto it = body.find("content");
     if (!body.is_object() || it == body.end() || !it->is_string()) throw ApiError(400, "'content' must be a string", "content");
     const bool special = openai::detail::boolean(body, "add_special", false);
@@ -386,26 +303,26 @@ class ApiService {
     const auto ids = tok_->encode(it->get<std::string>(), special);
     json tokens = json::array();
     for (TokenId id : ids) tokens.push_back(pieces ? json{{"id", id}, {"piece", openai::token_text(*tok_, id)}} : json(id));
-    r.set_json(200, {{"tokens", tokens}});
+    h.reply = openai::json_reply(200, {{"tokens", tokens}});
   }
 
-  void detokenize(const json& body, HttpReply& r) const {
+  void detokenize(const Call& c, Handled& h) {
     using openai::ApiError;
+    const json body = parse_body(c.req);
     const auto it = body.find("tokens");
     if (!body.is_object() || it == body.end() || !it->is_array())
       throw ApiError(400, "'tokens' must be an array of token ids", "tokens");
     const openai::Limits lim{static_cast<int>(shape_.vocab)};
     const auto ids = it->empty() ? std::vector<TokenId>() : openai::detail::token_array(*it, lim, "tokens");
-    r.set_json(200, {{"content", tok_->decode(ids)}});
+    h.reply = openai::json_reply(200, {{"content", tok_->decode(ids)}});
   }
 
   // The cache a request's sequences ask for: sink+window if the server runs
   // them, else dense with room for the prompt, the answer and its closing EOS,
   // rounded up to a power of two (at least 256 positions, at most MaxSeq).
-  // A conversation then goes on in the same cache for several turns: a
-  // cache without room for the next turn must be copied into a larger one,
-  // a pass over all its memory, which now happens once per doubling rather
-  // than every turn, for at most twice the memory used.
+  // A conversation goes on in the same cache, which grows in place
+  // (KVCache::grow) when a turn needs more room: the power of two keeps the
+  // capacity a pool's budget counts within twice the positions used.
   CacheShape cache_shape(std::size_t prompt, int max_tokens) const {
     if (opt_.window > 0) return {opt_.sinks, opt_.window, 0};
     const auto need = static_cast<std::uint64_t>(prompt) + static_cast<std::uint64_t>(std::max(max_tokens, 0)) + 2;
@@ -427,30 +344,28 @@ class ApiService {
     std::shared_ptr<Exchange> ex;
     std::vector<Choice> choices;
     std::vector<std::pair<std::string, std::string>> origin_headers;  // CORS
+    std::string_view metric;                                          // its route's, for /metrics
     std::size_t done = 0;
     bool abandoned = false;  // its submission failed: the answer was an error
     std::mutex mu;
   };
 
   // A stream's head, and for chat each choice's first event with its role (as OpenAI opens them).
-  void open_stream(Job& job) {
+  static void open_stream(Job& job) {
     HttpReply head;
     head.headers = {{"Content-Type", "text/event-stream"}, {"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}};
     for (auto& kv : job.origin_headers) head.headers.push_back(kv);
     job.ex->set_head(std::move(head));
-    if (job.req.endpoint != openai::Endpoint::Chat) return;
+    if (!job.env.chat()) return;
     std::string first;
-    for (std::size_t c = 0; c < job.choices.size(); ++c)
-      first += openai::sse(with_usage_null(job, job.env.chunk({{"index", c},
-                                                               {"delta", {{"role", "assistant"}, {"content", ""}}},
-                                                               {"logprobs", nullptr},
-                                                               {"finish_reason", nullptr}})));
+    for (std::size_t c = 0; c < job.choices.size(); ++c) first += openai::sse(job.env.role_chunk(c));
     job.ex->write(first);
   }
 
-  std::shared_ptr<Exchange> generate(const json& body, openai::Endpoint ep, std::string_view origin) {
+  std::shared_ptr<Exchange> generate(const Call& call, openai::Endpoint ep) {
     using openai::ApiError;
     if (draining_) throw ApiError(503, "the server is shutting down");
+    const json body = parse_body(call.req);
     openai::Limits lim;
     lim.vocab = static_cast<int>(shape_.vocab);
     lim.context = opt_.window > 0 ? 0 : shape_.max_seq;
@@ -460,11 +375,12 @@ class ApiService {
     auto job = std::make_shared<Job>();
     job->req = openai::parse_request(body, ep, *tok_, lim, &known_);
     job->env = {std::string(ep == openai::Endpoint::Chat ? "chatcmpl-" : "cmpl-") + std::to_string(++next_id_), opt_.model_name,
-                now_s(), ep};
+                now_s(), ep, job->req.include_usage};
+    job->metric = call.route.metric;
     job->choices.resize(job->req.choices());
     job->ex = std::make_shared<Exchange>(job->req.stream);
     const std::uint64_t seed = job->req.seed ? *job->req.seed : next_seed();
-    job->origin_headers = cors_headers(origin);
+    job->origin_headers = cors_headers(call.req.header("origin"));
     if (job->req.stream) open_stream(*job);
 
     std::vector<SequenceId> ids;
@@ -515,11 +431,6 @@ class ApiService {
     return seeds_();
   }
 
-  json with_usage_null(const Job& job, json chunk) const {
-    if (job.req.include_usage) chunk["usage"] = nullptr;
-    return chunk;
-  }
-
   // On the scheduler's thread: a piece of choice c.
   bool on_piece(Job& job, std::size_t c, const Piece& p) {
     std::lock_guard lock(job.mu);
@@ -536,24 +447,18 @@ class ApiService {
       ch.text_bytes += p.text.size();
       return true;
     }
-    json choice = {{"index", c}, {"finish_reason", nullptr}};
     json lp = nullptr;
     if (job.req.logprobs) {
       if (chat) {
-        lp = {{"content", openai::chat_logprobs(*tok_, p.logprobs)}, {"refusal", nullptr}};
+        lp = openai::chat_logprobs_object(openai::chat_logprobs(*tok_, p.logprobs));
       } else {
         openai::CompletionLogprobs l;
         l.add(*tok_, p.logprobs, ch.text_bytes);
         lp = l.to_json();
       }
     }
-    choice["logprobs"] = lp;
-    if (chat)
-      choice["delta"] = {{"content", std::string(p.text)}};
-    else
-      choice["text"] = std::string(p.text);
     ch.text_bytes += p.text.size();
-    job.ex->write(openai::sse(with_usage_null(job, job.env.chunk(std::move(choice)))));
+    job.ex->write(openai::sse(job.env.piece_chunk(c, p.text, std::move(lp))));
     return true;
   }
 
@@ -566,16 +471,10 @@ class ApiService {
     if (job.abandoned) return;
     job.choices[c].result = res;
     if (job.req.stream) {
-      if (res.stop == StopReason::Error) {
+      if (res.stop == StopReason::Error)
         job.ex->write(openai::sse(openai::error_body(res.error, 500)));
-      } else {
-        json choice = {{"index", c}, {"logprobs", nullptr}, {"finish_reason", openai::finish_reason(res.stop)}};
-        if (chat)
-          choice["delta"] = json::object();
-        else
-          choice["text"] = "";
-        job.ex->write(openai::sse(with_usage_null(job, job.env.chunk(std::move(choice)))));
-      }
+      else
+        job.ex->write(openai::sse(job.env.finish_chunk(c, res.stop)));
     }
     if (++job.done < job.choices.size()) return;
     finish(job);
@@ -598,67 +497,35 @@ class ApiService {
 
   // The choices of a whole (not streamed) answer.
   static json whole_choices(const Job& job) {
-    const bool chat = job.req.endpoint == openai::Endpoint::Chat;
     json choices = json::array();
     for (std::size_t c = 0; c < job.choices.size(); ++c) {
       const Choice& ch = job.choices[c];
-      const GenerationResult& r = *ch.result;
-      json choice = {{"index", c}, {"finish_reason", openai::finish_reason(r.stop)}};
-      if (chat) {
-        choice["message"] = {{"role", "assistant"}, {"content", r.text}, {"refusal", nullptr}};
-        choice["logprobs"] = job.req.logprobs ? json{{"content", ch.chat_lp}, {"refusal", nullptr}} : json(nullptr);
-      } else {
-        choice["text"] = r.text;
-        choice["logprobs"] = job.req.logprobs ? ch.completion_lp.to_json() : json(nullptr);
-      }
-      choices.push_back(std::move(choice));
+      json lp = nullptr;
+      if (job.req.logprobs) lp = job.env.chat() ? openai::chat_logprobs_object(ch.chat_lp) : ch.completion_lp.to_json();
+      choices.push_back(job.env.whole_choice(c, ch.result->text, ch.result->stop, std::move(lp)));
     }
     return choices;
   }
 
   // Every choice has ended: the whole answer, or the stream's last events.
   void finish(Job& job) {
-    const bool chat = job.req.endpoint == openai::Endpoint::Chat;
     const json use = usage(job);
     const GenerationResult& first = *job.choices[0].result;
-    int status = 200;
+    const Choice* failed = nullptr;
     for (const Choice& ch : job.choices)
-      if (ch.result->stop == StopReason::Error) status = 500;
-    metrics_.request(endpoint_of(job), status);
+      if (!failed && ch.result->stop == StopReason::Error) failed = &ch;
+    metrics_.request(std::string(job.metric), failed ? 500 : 200);
     if (job.req.stream) {
       std::string tail;
-      if (job.req.include_usage) {
-        json u = {{"id", job.env.id},
-                  {"object", chat ? "chat.completion.chunk" : "text_completion"},
-                  {"created", job.env.created},
-                  {"model", job.env.model},
-                  {"system_fingerprint", "streamllm"},
-                  {"choices", json::array()},
-                  {"usage", use},
-                  {"timings", openai::timings(first)}};
-        tail += openai::sse(u);
-      }
+      if (job.req.include_usage) tail += openai::sse(job.env.usage_chunk(use, openai::timings(first)));
       tail += openai::kSseDone;
       job.ex->write(tail, true);
       return;
     }
-    HttpReply head;
-    head.headers = job.origin_headers;
-    if (status == 500) {
-      for (const Choice& ch : job.choices)
-        if (ch.result->stop == StopReason::Error) {
-          head.set_error(500, "generation failed: " + ch.result->error);
-          break;
-        }
-      job.ex->write(head.body, true, head);
-      return;
-    }
-    head.set_json(200, job.env.whole(whole_choices(job), use, openai::timings(first)));
+    HttpReply head = failed ? openai::error_reply(500, "generation failed: " + failed->result->error)
+                            : openai::json_reply(200, job.env.whole(whole_choices(job), use, openai::timings(first)));
+    for (auto& kv : job.origin_headers) head.headers.push_back(kv);
     job.ex->write(head.body, true, head);
-  }
-
-  static std::string endpoint_of(const Job& job) {
-    return job.req.endpoint == openai::Endpoint::Chat ? "/v1/chat/completions" : "/v1/completions";
   }
 
   void add_cors(const HttpRequest& req, HttpReply* reply) const {
@@ -679,5 +546,22 @@ class ApiService {
   // Last: destroyed first, its sequences' on_done still find the members above.
   std::unique_ptr<Engine> engine_;
 };
+
+// Every endpoint the service answers: one line each.
+inline std::span<const ApiService::Route> ApiService::routes() {
+  static constexpr Route kRoutes[] = {
+      {"/health", false, "GET", "/health", true, &ApiService::health},
+      {"/metrics", false, "GET", "/metrics", false, &ApiService::metrics},
+      {"/v1/models", false, "GET", "/v1/models", false, &ApiService::models},
+      {"/v1/models/", true, "GET", "/v1/models/{id}", false, &ApiService::model},
+      {"/v1/completions", false, "POST", "/v1/completions", false, &ApiService::completions},
+      {"/completions", false, "POST", "/v1/completions", false, &ApiService::completions},
+      {"/v1/chat/completions", false, "POST", "/v1/chat/completions", false, &ApiService::chat_completions},
+      {"/chat/completions", false, "POST", "/v1/chat/completions", false, &ApiService::chat_completions},
+      {"/tokenize", false, "POST", "/tokenize", false, &ApiService::tokenize},
+      {"/detokenize", false, "POST", "/detokenize", false, &ApiService::detokenize},
+  };
+  return kRoutes;
+}
 
 }  // namespace streamllm::serve

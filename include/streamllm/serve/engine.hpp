@@ -8,8 +8,8 @@
 #include <chrono>
 #include <cstddef>
 
-#include "streamllm/config.hpp"
-#include "streamllm/scheduler.hpp"
+#include "streamllm/core/config.hpp"
+#include "streamllm/generation/scheduler.hpp"
 
 namespace streamllm::serve {
 

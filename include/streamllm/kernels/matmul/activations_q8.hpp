@@ -11,7 +11,7 @@
 #include <limits>
 #include <utility>
 
-#include "streamllm/memory.hpp"
+#include "streamllm/core/memory.hpp"
 #include "streamllm/quant/blocks.hpp"
 
 namespace streamllm::kernels {

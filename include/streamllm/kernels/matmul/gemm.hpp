@@ -8,10 +8,11 @@
 // weights need no transposition: rows are read in place when their type is
 // the kernel's, or converted a block at a time into a small buffer.
 //
-// The driver is shared by the element types and ISAs: f32 here (xsimd, any
-// CPU); bf16 pairs with vdpbf16ps (avx512::GemmBf16) and the AVX-512 f32
-// and int8 tiles in avx512/float_tiles.hpp and avx512/int8_tiles.hpp;
-// AVX2's int8 tiles in avx2/int8_tiles.hpp.
+// The driver is shared by the element types and ISAs: the f32 tiles of
+// every kernel family (f32_tiles-inl.hpp, below); bf16 pairs with vdpbf16ps
+// (avx512::GemmBf16) and the AVX-512 f32 and int8 tiles in
+// avx512/float_tiles.hpp and avx512/int8_tiles.hpp; AVX2's int8 tiles in
+// avx2/int8_tiles.hpp.
 #pragma once
 
 #include <algorithm>
@@ -19,90 +20,12 @@
 #include <cstring>
 #include <utility>
 
+#include "streamllm/core/memory.hpp"
 #include "streamllm/kernels/matmul/prefetch_rows.hpp"
-#include "streamllm/kernels/ops/simd.hpp"
-#include "streamllm/kernels/runtime/threading.hpp"
 #include "streamllm/kernels/ops/transpose.hpp"
-#include "streamllm/memory.hpp"
+#include "streamllm/kernels/runtime/threading.hpp"
 
 namespace streamllm::kernels {
-
-// f32 tiles. Accumulators kRows x 2 vectors plus 3 working registers: 27 of
-// AVX-512's 32, 15 of the 16 that SSE and AVX2 have.
-struct GemmF32 {
-  using Packed = float;                            // packed tokens
-  using Weight = float;                            // weight blocks
-  static constexpr std::size_t kTok = 2 * kLanes;  // tokens per micro-tile
-  static constexpr std::size_t kRows = kLanes >= 16 ? 12 : 6;
-  // Slices of 2048 columns: TinyLlama's rows of 2048 whole, so a block of
-  // rows is one run of memory, which the prefetchers follow as one stream,
-  // not one stream per row: short prefills are faster, long ones level.
-  // The weight block (kMc x kKc floats, 384 KB) stays in L2 on the CPUs
-  // that take these tiles (AVX2 and portable builds; AVX-512 has its own).
-  static constexpr std::size_t kKc = 2048;
-  static constexpr std::size_t kMc = 8 * kRows;
-
-  // Packed elements per group of tokens, and where column k0 starts in it.
-  static std::size_t packed_size(std::size_t k) { return k * kTok; }
-  static std::size_t packed_offset(std::size_t k0) { return k0 * kTok; }
-
-  // Group g of x [n][ldx] -> xp [group][k][kTok], zero padded to whole groups.
-  static void pack_group(const float* x, std::size_t ldx, std::size_t n, std::size_t k, float* xp, std::size_t g) {
-    pack_group_by(transpose<float>, x, ldx, n, k, xp, g);
-  }
-  template <class Transpose>
-  static void pack_group_by(Transpose&& transpose_rows, const float* x, std::size_t ldx, std::size_t n, std::size_t k, float* xp,
-                            std::size_t g) {
-    float* dst = xp + g * k * kTok;
-    const std::size_t valid = std::min(kTok, n - g * kTok);
-    transpose_rows(x + g * kTok * ldx, ldx, valid, k, dst, kTok);
-    for (std::size_t kk = 0; kk < k; ++kk)
-      for (std::size_t t = valid; t < kTok; ++t) dst[kk * kTok + t] = 0.f;
-  }
-
-  // c[i][0..kTok) (+)= sum_kk w[i][kk] * xp[kk][0..kTok) for MR rows; with
-  // Half, the first half of the tokens only (the rest are padding).
-  template <std::size_t MR, bool Half>
-  static void micro(const float* w, std::size_t ldw, const float* xp, std::size_t kc, float* c, std::size_t ldc,
-                    bool accumulate) {
-    Batch acc0[MR], acc1[MR];
-#pragma GCC unroll 16
-    for (std::size_t i = 0; i < MR; ++i) {
-      acc0[i] = accumulate ? load(c + i * ldc) : Batch(0.f);
-      if constexpr (!Half) acc1[i] = accumulate ? load(c + i * ldc + kLanes) : Batch(0.f);
-    }
-    for (std::size_t kk = 0; kk < kc; ++kk) {
-      const Batch x0 = Batch::load_aligned(xp + kk * kTok);
-      Batch x1 = x0;
-      if constexpr (!Half) x1 = Batch::load_aligned(xp + kk * kTok + kLanes);
-#pragma GCC unroll 16
-      for (std::size_t i = 0; i < MR; ++i) {
-        const Batch wb(w[i * ldw + kk]);
-        acc0[i] = xsimd::fma(wb, x0, acc0[i]);
-        if constexpr (!Half) acc1[i] = xsimd::fma(wb, x1, acc1[i]);
-      }
-    }
-#pragma GCC unroll 16
-    for (std::size_t i = 0; i < MR; ++i) {
-      store(c + i * ldc, acc0[i]);
-      if constexpr (!Half) store(c + i * ldc + kLanes, acc1[i]);
-    }
-  }
-
-  template <std::size_t... MR>
-  static void micro_rows(std::size_t rows, const float* w, std::size_t ldw, const float* xp, std::size_t kc, float* c,
-                         std::size_t ldc, bool accumulate, bool half, std::index_sequence<MR...>) {
-    if (half)
-      ((rows == MR + 1 ? micro<MR + 1, true>(w, ldw, xp, kc, c, ldc, accumulate) : void()), ...);
-    else
-      ((rows == MR + 1 ? micro<MR + 1, false>(w, ldw, xp, kc, c, ldc, accumulate) : void()), ...);
-  }
-
-  // yt [rows][ld] (tokens along rows) -> y [n][ldy].
-  static void unpack(const float* yt, std::size_t ld, std::size_t rows, std::size_t n, float* y, std::size_t ldy) {
-    transpose(yt, ld, rows, n, y, ldy);
-  }
-};
 
 // Weight rows of the kernel's own type, copied a block at a time into a
 // compact buffer: read in place, rows a whole matrix row apart would fall
@@ -236,3 +159,8 @@ inline void gemm(const Source& src, std::size_t m, std::size_t k, const float* x
 }
 
 }  // namespace streamllm::kernels
+
+// The f32 tiles of each kernel family: portable::GemmF32, avx2::GemmF32, avx512::GemmF32.
+#include "streamllm/kernels/simd/vec.hpp"
+#define STREAMLLM_PER_ISA_BODY "streamllm/kernels/matmul/f32_tiles-inl.hpp"
+#include "streamllm/kernels/simd/for_each_isa.hpp"

@@ -17,15 +17,15 @@
 #include <cstdint>
 #include <utility>
 
-#include "streamllm/dtype.hpp"
+#include "streamllm/core/dtype.hpp"
+#include "streamllm/core/memory.hpp"
+#include "streamllm/core/tensor.hpp"
 #include "streamllm/kernels/matmul/activations_q8.hpp"
 #include "streamllm/kernels/matmul/gemm.hpp"
 #include "streamllm/kernels/matmul/prefetch_rows.hpp"
 #include "streamllm/kernels/runtime/cpu_features.hpp"
 #include "streamllm/kernels/runtime/token_count.hpp"
-#include "streamllm/memory.hpp"
 #include "streamllm/quant/blocks.hpp"
-#include "streamllm/tensor.hpp"
 
 namespace streamllm::kernels {
 

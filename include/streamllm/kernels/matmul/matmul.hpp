@@ -12,12 +12,11 @@
 #include <span>
 #include <vector>
 
+#include "streamllm/core/tensor.hpp"
 #include "streamllm/kernels/matmul/gemm.hpp"
 #include "streamllm/kernels/matmul/kernel_table.hpp"
-#include "streamllm/kernels/matmul/portable/float_rows.hpp"
 #include "streamllm/kernels/runtime/threading.hpp"
 #include "streamllm/quant/blocks.hpp"
-#include "streamllm/tensor.hpp"
 
 namespace streamllm::kernels {
 
@@ -134,22 +133,6 @@ inline void matmul(const TensorView& w, const float* x, std::size_t n, std::size
   const MatmulTarget target[] = {{&w, y, ldy}};
   const MatmulKernel* const kernels[] = {&kernel};
   detail::matmul_in_row_chunks(target, kernels, x, n, ldx, tiled, kernel.decode_tokens);
-}
-
-// f32 rows in place (not a view): the classifier of a model built in memory, tests.
-inline void gemv_f32(const float* w, std::size_t m, std::size_t k, const float* x, std::size_t ldx, std::size_t n, float* y,
-                     std::size_t ldy) {
-  parallel_chunks(m, gemv_chunk_rows(k * sizeof(float), m, n), m * k * n, [&](std::size_t r0, std::size_t r1) {
-    in_token_passes(n, [&]<int NT>(std::size_t t0) { gemv_f32_rows<NT>(w, k, k, x + t0 * ldx, ldx, y + t0 * ldy, ldy, r0, r1); });
-  });
-}
-
-inline void matmul_f32(const float* w, std::size_t m, std::size_t k, const float* x, std::size_t ldx, std::size_t n, float* y,
-                       std::size_t ldy) {
-  if (n <= kMaxGemvTokens)
-    gemv_f32(w, m, k, x, ldx, n, y, ldy);
-  else
-    gemm<GemmF32>(F32RowSource{w, k}, m, k, x, ldx, n, y, ldy);
 }
 
 // Several matrices against the same activations (wq, wk, wv; w_gate, w_up).

@@ -6,22 +6,20 @@
 //
 // Two ways to ask for it early:
 //   - prefetch_next_slice: while a block is converted, each of its rows asks
-//     for its next slice at once. A profile of a 16-token TinyLlama Q8_0
-//     prefill on an AVX2 Zen 3 found a third of the time in the conversion's
-//     first loads without it (docs/performance-history.md has the turn's times).
+//     for its next slice at once; without it the conversion's first loads
+//     waited for memory.
 //   - NextSlice, spread over a micro-kernel's blocks (the AVX-512 int8 tiles):
 //     a few lines per block of arithmetic, so that the next slice streams in
 //     while this one is multiplied. Asked for in one burst, the lines took
 //     the core's few miss buffers and the conversion waited for memory all
-//     the same: on a Zen 5, one core's int8 tiles over TinyLlama's w_gate
-//     with 32 tokens read 7 GB/s with the burst and 9 with the lines spread.
+//     the same.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
-#include "streamllm/tensor.hpp"
+#include "streamllm/core/tensor.hpp"
 
 namespace streamllm::kernels {
 

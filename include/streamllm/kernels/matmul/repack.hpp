@@ -19,9 +19,9 @@
 #include <sys/mman.h>
 #endif
 
+#include "streamllm/core/memory.hpp"
+#include "streamllm/core/tensor.hpp"
 #include "streamllm/kernels/matmul/kernel_table.hpp"
-#include "streamllm/memory.hpp"
-#include "streamllm/tensor.hpp"
 
 namespace streamllm::kernels {
 

@@ -3,8 +3,8 @@
 
 #include <cstdint>
 
+#include "streamllm/core/tensor.hpp"
 #include "streamllm/quant/blocks.hpp"
-#include "streamllm/tensor.hpp"
 
 namespace streamllm::kernels {
 

@@ -1,35 +1,29 @@
-// Dot product: the inner loop of attention scores and of matrix-vector products.
+// Dot product: the inner loop of attention scores and of matrix-vector
+// products. The body is dot-inl.hpp, compiled per kernel family.
 #pragma once
 
 #include <cstddef>
 
-#include "streamllm/kernels/ops/simd.hpp"
+#include "streamllm/kernels/simd/vec.hpp"
 
-namespace streamllm::kernels {
-
-namespace scalar {
+namespace streamllm::kernels::scalar {
 inline float dot(const float* a, const float* b, std::size_t n) {
   float s = 0.f;
   for (std::size_t i = 0; i < n; ++i) s += a[i] * b[i];
   return s;
 }
-}  // namespace scalar
+}  // namespace streamllm::kernels::scalar
 
-// Four accumulators: an FMA has a latency of four cycles, so one chain would
-// leave the FMA units idle three cycles out of four.
-inline float dot(const float* a, const float* b, std::size_t n) {
-  Batch acc0(0.f), acc1(0.f), acc2(0.f), acc3(0.f);
-  std::size_t i = 0;
-  for (; i + 4 * kLanes <= n; i += 4 * kLanes) {
-    acc0 = xsimd::fma(load(a + i), load(b + i), acc0);
-    acc1 = xsimd::fma(load(a + i + kLanes), load(b + i + kLanes), acc1);
-    acc2 = xsimd::fma(load(a + i + 2 * kLanes), load(b + i + 2 * kLanes), acc2);
-    acc3 = xsimd::fma(load(a + i + 3 * kLanes), load(b + i + 3 * kLanes), acc3);
-  }
-  for (const std::size_t end = vector_end(n); i < end; i += kLanes) acc0 = xsimd::fma(load(a + i), load(b + i), acc0);
-  float s = xsimd::hadd((acc0 + acc1) + (acc2 + acc3));
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
+#define STREAMLLM_PER_ISA_BODY "streamllm/kernels/ops/dot-inl.hpp"
+#include "streamllm/kernels/simd/for_each_isa.hpp"
+
+namespace streamllm::kernels {
+
+inline float dot(const float* a, const float* b, std::size_t n) { STREAMLLM_ON_ACTIVE_ISA(dot(a, b, n)); }
+
+// The active family's transposing reduction (attention's scores) on a
+// square block in memory: rows [L][L] -> out[L], L the family's lanes
+// (returned; at most kMaxLanes).
+inline std::size_t lane_sums(const float* rows, float* out) { STREAMLLM_ON_ACTIVE_ISA(lane_sums(rows, out)); }
 
 }  // namespace streamllm::kernels

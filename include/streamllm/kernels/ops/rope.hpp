@@ -11,21 +11,21 @@
 #include <cstdint>
 #include <vector>
 
-#include "streamllm/kernels/ops/simd.hpp"
+#include "streamllm/kernels/simd/vec.hpp"
 
 namespace streamllm::kernels {
 
 // Frequencies of one head, and the cos/sin tables the rotation kernels read.
 // A table is expanded per element (c0 c0 c1 c1 ..., -s0 s0 -s1 s1 ...) and
-// repeated to at least one vector width, so that the kernel is one FMA pair
-// per vector whatever the head size.
+// repeated to at least the widest family's vector (kMaxLanes), so that the
+// kernel is one FMA pair per vector whatever the head size.
 class Rope {
  public:
   Rope(int head_dim, double theta) : head_dim_(head_dim), theta_(theta) {
     for (int i = 0; i < head_dim / 2; ++i) inv_freq_.push_back(std::pow(theta, -2.0 * i / static_cast<double>(head_dim)));
     table_len_ = head_dim;
-    if (head_dim < static_cast<int>(kLanes) && kLanes % static_cast<std::size_t>(head_dim) == 0)
-      table_len_ = static_cast<int>(kLanes);
+    if (head_dim < static_cast<int>(kMaxLanes) && kMaxLanes % static_cast<std::size_t>(head_dim) == 0)
+      table_len_ = static_cast<int>(kMaxLanes);
   }
 
   int head_dim() const { return head_dim_; }
@@ -85,31 +85,16 @@ inline void rope_rerotate(float* x, std::size_t n, int head_dim, std::int64_t de
 }
 }  // namespace scalar
 
-namespace detail {
-struct SwapPairs {
-  static constexpr std::uint32_t get(std::size_t i, std::size_t) { return static_cast<std::uint32_t>(i ^ 1u); }
-};
-}  // namespace detail
+}  // namespace streamllm::kernels
 
-// y = x * cos + swap_pairs(x) * sin, with the signs folded into the table.
+#define STREAMLLM_PER_ISA_BODY "streamllm/kernels/ops/rope-inl.hpp"
+#include "streamllm/kernels/simd/for_each_isa.hpp"
+
+namespace streamllm::kernels {
+
+// Rotates n values (whole heads) with a table from Rope::table.
 inline void rope_apply(float* x, std::size_t n, const float* cosx, const float* sinx, std::size_t table_len) {
-  std::size_t e = 0;
-  if (table_len % kLanes == 0) {
-    using UBatch = xsimd::batch<std::uint32_t, Arch>;
-    constexpr auto swap = xsimd::make_batch_constant<UBatch, detail::SwapPairs>();
-    for (; e + kLanes <= n; e += kLanes) {
-      const std::size_t t = e % table_len;
-      const Batch v = load(x + e);
-      store(x + e, xsimd::fma(v, load(cosx + t), xsimd::swizzle(v, swap) * load(sinx + t)));
-    }
-  }
-  for (; e + 1 < n; e += 2) {  // tail, and head sizes that do not tile a vector
-    const std::size_t t = e % table_len;
-    const float c = cosx[t], s = sinx[t + 1];
-    const float x0 = x[e], x1 = x[e + 1];
-    x[e] = x0 * c - x1 * s;
-    x[e + 1] = x0 * s + x1 * c;
-  }
+  STREAMLLM_ON_ACTIVE_ISA(rope_apply(x, n, cosx, sinx, table_len));
 }
 
 // The re-rotation helper: keys (or queries) that were rotated at position p are

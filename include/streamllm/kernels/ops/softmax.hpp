@@ -1,4 +1,5 @@
 // Softmax in place, shifted by the maximum so that exp never overflows.
+// The bodies are softmax-inl.hpp, compiled per kernel family.
 #pragma once
 
 #include <algorithm>
@@ -6,11 +7,9 @@
 #include <cstddef>
 #include <limits>
 
-#include "streamllm/kernels/ops/simd.hpp"
+#include "streamllm/kernels/simd/vec.hpp"
 
-namespace streamllm::kernels {
-
-namespace scalar {
+namespace streamllm::kernels::scalar {
 inline float max_of(const float* x, std::size_t n) {
   float m = -std::numeric_limits<float>::infinity();
   for (std::size_t i = 0; i < n; ++i) m = std::max(m, x[i]);
@@ -32,46 +31,15 @@ inline void softmax(float* x, std::size_t n) {
   const float sum = exp_shifted(x, n, max_of(x, n));
   for (std::size_t i = 0; i < n; ++i) x[i] /= sum;
 }
-}  // namespace scalar
+}  // namespace streamllm::kernels::scalar
 
-inline float max_of(const float* x, std::size_t n) {
-  float m = -std::numeric_limits<float>::infinity();
-  std::size_t i = 0;
-  if (n >= kLanes) {
-    Batch vm = load(x);
-    for (i = kLanes; i + kLanes <= n; i += kLanes) vm = xsimd::max(vm, load(x + i));
-    alignas(64) float lanes[kLanes];
-    vm.store_aligned(lanes);
-    for (float v : lanes) m = std::max(m, v);
-  }
-  for (; i < n; ++i) m = std::max(m, x[i]);
-  return m;
-}
+#define STREAMLLM_PER_ISA_BODY "streamllm/kernels/ops/softmax-inl.hpp"
+#include "streamllm/kernels/simd/for_each_isa.hpp"
 
-inline float exp_shifted(float* x, std::size_t n, float shift) {
-  const Batch vshift(shift);
-  Batch vsum(0.f);
-  std::size_t i = 0;
-  for (const std::size_t end = vector_end(n); i < end; i += kLanes) {
-    const Batch e = xsimd::exp(load(x + i) - vshift);
-    store(x + i, e);
-    vsum += e;
-  }
-  float sum = xsimd::hadd(vsum);
-  for (; i < n; ++i) {
-    x[i] = std::exp(x[i] - shift);
-    sum += x[i];
-  }
-  return sum;
-}
+namespace streamllm::kernels {
 
-inline void softmax(float* x, std::size_t n) {
-  if (n == 0) return;
-  const float inv = 1.0f / exp_shifted(x, n, max_of(x, n));
-  const Batch vinv(inv);
-  std::size_t i = 0;
-  for (const std::size_t end = vector_end(n); i < end; i += kLanes) store(x + i, load(x + i) * vinv);
-  for (; i < n; ++i) x[i] *= inv;
-}
+inline float max_of(const float* x, std::size_t n) { STREAMLLM_ON_ACTIVE_ISA(max_of(x, n)); }
+inline float exp_shifted(float* x, std::size_t n, float shift) { STREAMLLM_ON_ACTIVE_ISA(exp_shifted(x, n, shift)); }
+inline void softmax(float* x, std::size_t n) { STREAMLLM_ON_ACTIVE_ISA(softmax(x, n)); }
 
 }  // namespace streamllm::kernels

@@ -4,15 +4,17 @@
 // to compare it with the rest.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
 
-#include "streamllm/error.hpp"
+#include "streamllm/core/error.hpp"
 
 namespace streamllm::kernels {
 
@@ -65,13 +67,31 @@ inline const char* to_string(Isa isa) {
   return isa == Isa::Avx512Bf16Vnni ? "avx512-bf16-vnni" : isa == Isa::Avx2 ? "avx2" : "portable (xsimd)";
 }
 
-// The fastest kernel family this CPU runs.
+// The family the environment variable STREAMLLM_ISA caps the choice at:
+// avx512, avx2 or portable (unset or empty: no cap). A machine so runs as
+// one with less would (the tests of an AVX2-only CPU on an AVX-512 one); a
+// cap above what the CPU has changes nothing.
+inline Isa isa_cap_from_env() {
+  const char* v = std::getenv("STREAMLLM_ISA");
+  if (v == nullptr || *v == '\0') return Isa::Avx512Bf16Vnni;
+  const std::string s = v;
+  if (s == "avx512") return Isa::Avx512Bf16Vnni;
+  if (s == "avx2") return Isa::Avx2;
+  if (s == "portable") return Isa::Portable;
+  throw Error("STREAMLLM_ISA='" + s + "': expected avx512, avx2 or portable");
+}
+
+// The fastest kernel family this CPU runs (within STREAMLLM_ISA's cap).
 inline Isa best_isa() {
   static const Isa isa = [] {
     const CpuFeatures f = detect_cpu_features();
-    // (Every CPU with BF16 and VNNI has VBMI, but Cooper Lake; it takes the portable path.)
-    if (f.avx512 && f.avx512_vnni && f.avx512_bf16 && f.avx512_vbmi && f.f16c) return Isa::Avx512Bf16Vnni;
-    return f.avx2_fma && f.f16c ? Isa::Avx2 : Isa::Portable;
+    // (Every CPU with BF16 and VNNI has VBMI but Cooper Lake, which takes the AVX2 family.)
+    Isa best = Isa::Portable;
+    if (f.avx512 && f.avx512_vnni && f.avx512_bf16 && f.avx512_vbmi && f.f16c)
+      best = Isa::Avx512Bf16Vnni;
+    else if (f.avx2_fma && f.f16c)
+      best = Isa::Avx2;
+    return std::max(best, isa_cap_from_env());  // the slower of the two (fastest first)
   }();
   return isa;
 }

@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "streamllm/error.hpp"
+#include "streamllm/core/error.hpp"
 
 namespace streamllm::kernels {
 
@@ -54,9 +54,8 @@ class ChunkRun {
 // A thread whose run is done takes single chunks from the back of another's:
 // when one core runs slower for a while (a busy neighbour on a shared host)
 // the loop still ends together. Taken in turn instead (OpenMP's dynamic
-// schedule), the threads' chunks interleave, and a turn's 38-token prefill
-// of TinyLlama Q8_0 on a Zen 5 was 5% slower, a decode step 4%
-// (docs/performance-history.md).
+// schedule), the threads' chunks interleave: neither thread reads one run
+// of memory, and both were slower.
 template <class Body>
 inline void parallel_chunks(std::size_t total, std::size_t chunk, std::size_t work, Body&& body) {
   if (work < kMinParallelWork || omp_get_max_threads() == 1 || omp_in_parallel()) {

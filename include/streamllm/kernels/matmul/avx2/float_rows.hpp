@@ -41,8 +41,8 @@ struct BF16Row {
 // `cols` elements of a row to f32 where a vector converter exists (F16,
 // BF16, Q8_0: the f32 tiles' rows, exactly as the scalar loops round them);
 // false for the others. The weights are converted once per prefill call,
-// whatever its token count: through the scalar loops that was a sixth of a
-// 16-token chat turn's prefill (TinyLlama Q8_0, 2 threads, Zen 3).
+// whatever its token count, so the conversion is a large share of a short
+// prefill (a chat turn's) unless it is vectorised.
 template <class Row>
 STREAMLLM_AVX2 inline void widen_row(const std::byte* src, std::size_t cols, float* dst) {
   std::size_t i = 0;
@@ -106,12 +106,8 @@ STREAMLLM_AVX2 inline void gemv_widen_block(const std::size_t (&rows)[R], const 
 }
 
 // Rows [r0, r1) against NT tokens, two at a time, one from each half of the
-// range: two long sequential streams, which the hardware prefetcher follows.
-// TinyLlama F16 / BF16 decode, one thread, AMD EPYC (Zen 4) guest: 4
-// consecutive rows at a time (4 streams of one 4 KiB page each) 6.9 / 6.2
-// tok/s; from the quarters 10.7-11.8 / 10.1-11.5; from the halves 11.4-11.5 /
-// 11.2-11.8; one stream 9.3 / 9.1; a software prefetch 1 KiB ahead 9.9-10.3
-// / 9.3-10.4.
+// range: two long sequential streams, which the hardware prefetcher follows
+// better than four short ones, one, or a software prefetch.
 template <class Row, int NT>
 STREAMLLM_AVX2 inline void gemv_widen_rows(std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
                                            std::size_t k, const float* x, std::size_t ldx, float* y, std::size_t ldy) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "streamllm/kernels/matmul/avx2/isa.hpp"
+#include "streamllm/kernels/matmul/x86_rows.hpp"
 
 #ifdef STREAMLLM_HAVE_AVX2_KERNELS
 
@@ -17,66 +18,6 @@ namespace streamllm::kernels::avx2 {
 // into int32 lanes, and each block is scaled once: dw dx. One row at a time:
 // the rows are one sequential stream, which the hardware prefetcher
 // follows: a software prefetch of every block made decode slower.
-
-// A Row gives a block's 32 quants in element order; kSigned: signed
-// quants (the sign trick above), otherwise unsigned with kOffset taken back
-// as kOffset x the activation block's sum, and kMin: an offset m per block
-// (Q4_1, Q5_1: x = d q + m), m x the activation block's d x sum.
-struct Q8_0Row {
-  using Block = quant::BlockQ8_0;
-  static constexpr bool kSigned = true, kMin = false;
-  static constexpr int kOffset = 0;
-  STREAMLLM_AVX2 static __m256i quants(const Block& b) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs)); }
-};
-
-// Element j in the low nibble of byte j, element j + 16 in the high one:
-// the 16 bytes in both halves, the upper half's 64-bit lanes shifted right
-// by 4, then every byte masked to its low nibble (the bits a shift carries
-// in from the next byte are masked off). Three instructions, not five.
-STREAMLLM_AVX2 inline __m256i nibbles(const std::uint8_t* qs) {
-  const __m256i p = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
-  return _mm256_and_si256(_mm256_srlv_epi64(p, _mm256_set_epi64x(4, 4, 0, 0)), _mm256_set1_epi8(0x0F));
-}
-
-// 16 in byte j where bit j of a Q5 block's qh is set: byte j gets byte j / 8
-// of qh, or'd with every bit but j % 8; all ones means the bit was set.
-STREAMLLM_AVX2 inline __m256i fifth_bits16(const std::uint8_t* qh4) {
-  std::uint32_t bits;
-  __builtin_memcpy(&bits, qh4, sizeof bits);
-  const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)),
-                                             _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
-  const __m256i set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe)), _mm256_set1_epi64x(-1));
-  return _mm256_and_si256(set, _mm256_set1_epi8(16));
-}
-
-// Q4_0's nibbles go in unsigned (0..15, the quant + 8) with the activations
-// as they are, and 8 x the activation block's sum is taken back: two vpsignb
-// and a subtraction fewer per block. Q5_0 likewise with its
-// fifth bits (0..31, the quant + 16).
-struct Q4_0Row {
-  using Block = quant::BlockQ4_0;
-  static constexpr bool kSigned = false, kMin = false;
-  static constexpr int kOffset = 8;
-  STREAMLLM_AVX2 static __m256i quants(const Block& b) { return nibbles(b.qs); }
-};
-struct Q5_0Row {
-  using Block = quant::BlockQ5_0;
-  static constexpr bool kSigned = false, kMin = false;
-  static constexpr int kOffset = 16;
-  STREAMLLM_AVX2 static __m256i quants(const Block& b) { return _mm256_or_si256(nibbles(b.qs), fifth_bits16(b.qh)); }
-};
-struct Q4_1Row {
-  using Block = quant::BlockQ4_1;
-  static constexpr bool kSigned = false, kMin = true;
-  static constexpr int kOffset = 0;
-  STREAMLLM_AVX2 static __m256i quants(const Block& b) { return nibbles(b.qs); }
-};
-struct Q5_1Row {
-  using Block = quant::BlockQ5_1;
-  static constexpr bool kSigned = false, kMin = true;
-  static constexpr int kOffset = 0;
-  STREAMLLM_AVX2 static __m256i quants(const Block& b) { return _mm256_or_si256(nibbles(b.qs), fifth_bits16(b.qh)); }
-};
 
 // Block b of a row against NT tokens, added to acc; the offsets (kOffset,
 // kMin) in scalars, added to extra.

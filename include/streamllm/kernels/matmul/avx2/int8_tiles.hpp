@@ -51,13 +51,13 @@
 #include <type_traits>
 #include <utility>
 
-#include "streamllm/error.hpp"
+#include "streamllm/core/error.hpp"
+#include "streamllm/core/memory.hpp"
+#include "streamllm/core/tensor.hpp"
 #include "streamllm/kernels/matmul/activations_q8.hpp"
 #include "streamllm/kernels/matmul/prefetch_rows.hpp"
 #include "streamllm/kernels/ops/transpose.hpp"
-#include "streamllm/memory.hpp"
 #include "streamllm/quant/blocks.hpp"
-#include "streamllm/tensor.hpp"
 
 namespace streamllm::kernels::avx2 {
 
@@ -273,8 +273,48 @@ STREAMLLM_AVX2 inline void unpack_iq4(DType type, const std::byte* src, std::siz
   for (std::size_t sb = 0; sb < nb / 8; ++sb) {
     for (std::size_t j = 0; j < 8; ++j)
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * (8 * sb + j)), iq4_unsigned_levels(blk[sb].qs + 16 * j));
-    _mm256_storeu_ps(reinterpret_cast<float*>(scales + 32 * sb), iq4xs_scales(blk[sb]));
+    _mm256_storeu_ps(reinterpret_cast<float*>(scales + 32 * sb), x86::iq4xs_scales(blk[sb]));
   }
+}
+
+// One super-block of each K-quant type, as Int8Rows' formats lay it out.
+STREAMLLM_AVX2 inline void unpack_super_block(const quant::BlockQ4K& b, std::int8_t* q, std::byte* scales, std::byte* mins,
+                                              std::size_t sb) {
+  __m256i u[8];
+  unpack_affine_k(b, u, q, scales, mins, sb);
+}
+STREAMLLM_AVX2 inline void unpack_super_block(const quant::BlockQ5K& b, std::int8_t* q, std::byte* scales, std::byte* mins,
+                                              std::size_t sb) {
+  __m256i u[8];
+  unpack_affine_k(b, u, q, scales, mins, sb);
+}
+STREAMLLM_AVX2 inline void unpack_super_block(const quant::BlockQ3K& b, std::int8_t* q, std::byte* scales, std::byte*,
+                                              std::size_t sb) {
+  unpack_q3k(b, q, scales, sb);
+}
+STREAMLLM_AVX2 inline void unpack_super_block(const quant::BlockQ2K& b, std::int8_t* q, std::byte* scales, std::byte* mins,
+                                              std::size_t sb) {
+  unpack_q2k(b, q, scales, mins, sb);
+}
+STREAMLLM_AVX2 inline void unpack_super_block(const quant::BlockQ6K& b, std::int8_t* q, std::byte* scales, std::byte*,
+                                              std::size_t sb) {
+  __m256i u[8];
+  q6k_quants(b, u);
+  const float d = _cvtsh_ss(b.d);
+  for (std::size_t j = 0; j < 8; ++j) {
+    const float sc[2] = {d * static_cast<float>(b.scales[2 * j]), d * static_cast<float>(b.scales[2 * j + 1])};
+    const std::size_t blk = 8 * sb + j;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * blk), u[j]);
+    std::memcpy(scales + 8 * blk, sc, 8);
+  }
+}
+
+// The super-blocks of a row's kc columns, of one block type.
+template <class Block>
+STREAMLLM_AVX2 inline void unpack_super_blocks(const std::byte* src, std::size_t kc, std::int8_t* q, std::byte* scales,
+                                               std::byte* mins) {
+  const auto* blk = reinterpret_cast<const Block*>(src);
+  for (std::size_t sb = 0; sb < kc / 256; ++sb) unpack_super_block(blk[sb], q, scales, mins, sb);
 }
 
 // Rows of Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q3_K, Q2_K, IQ4_NL or
@@ -309,36 +349,20 @@ struct Int8Rows {
       const std::byte* src = w->row(static_cast<std::int64_t>(r0 + i)) + row_bytes(type, static_cast<std::int64_t>(k0));
       prefetch_next_slice(*w, r0 + i, rows, k0 + kc, kc);
       std::byte* mins = o + Format::mins_at(kc);
+      // The row's type chosen once per row, not once per block.
       switch (type) {
-        case DType::Q4_0: unpack_unsigned_blocks<Q4_0Row>(src, nb, q, scales, mins); continue;
-        case DType::Q5_0: unpack_unsigned_blocks<Q5_0Row>(src, nb, q, scales, mins); continue;
-        case DType::Q4_1: unpack_unsigned_blocks<Q4_1Row>(src, nb, q, scales, mins); continue;
-        case DType::Q5_1: unpack_unsigned_blocks<Q5_1Row>(src, nb, q, scales, mins); continue;
+        case DType::Q4_0: unpack_unsigned_blocks<x86::Q4_0Row>(src, nb, q, scales, mins); continue;
+        case DType::Q5_0: unpack_unsigned_blocks<x86::Q5_0Row>(src, nb, q, scales, mins); continue;
+        case DType::Q4_1: unpack_unsigned_blocks<x86::Q4_1Row>(src, nb, q, scales, mins); continue;
+        case DType::Q5_1: unpack_unsigned_blocks<x86::Q5_1Row>(src, nb, q, scales, mins); continue;
         case DType::IQ4_NL:
         case DType::IQ4_XS: unpack_iq4(type, src, nb, q, scales); continue;
-        default: break;
-      }
-      for (std::size_t sb = 0; sb < kc / 256; ++sb) {
-        __m256i u[8];
-        if (type == DType::Q4_K)
-          unpack_affine_k(reinterpret_cast<const quant::BlockQ4K*>(src)[sb], u, q, scales, mins, sb);
-        else if (type == DType::Q5_K)
-          unpack_affine_k(reinterpret_cast<const quant::BlockQ5K*>(src)[sb], u, q, scales, mins, sb);
-        else if (type == DType::Q3_K)
-          unpack_q3k(reinterpret_cast<const quant::BlockQ3K*>(src)[sb], q, scales, sb);
-        else if (type == DType::Q2_K)
-          unpack_q2k(reinterpret_cast<const quant::BlockQ2K*>(src)[sb], q, scales, mins, sb);
-        else {
-          const auto& blk = reinterpret_cast<const quant::BlockQ6K*>(src)[sb];
-          q6k_quants(blk, u);
-          const float d = _cvtsh_ss(blk.d);
-          for (std::size_t j = 0; j < 8; ++j) {
-            const float sc[2] = {d * static_cast<float>(blk.scales[2 * j]), d * static_cast<float>(blk.scales[2 * j + 1])};
-            const std::size_t b = 8 * sb + j;
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b), u[j]);
-            std::memcpy(scales + 8 * b, sc, 8);
-          }
-        }
+        case DType::Q4_K: unpack_super_blocks<quant::BlockQ4K>(src, kc, q, scales, mins); break;
+        case DType::Q5_K: unpack_super_blocks<quant::BlockQ5K>(src, kc, q, scales, mins); break;
+        case DType::Q6_K: unpack_super_blocks<quant::BlockQ6K>(src, kc, q, scales, mins); break;
+        case DType::Q3_K: unpack_super_blocks<quant::BlockQ3K>(src, kc, q, scales, mins); break;
+        case DType::Q2_K: unpack_super_blocks<quant::BlockQ2K>(src, kc, q, scales, mins); break;
+        default: break;  // no other type fits (checked above)
       }
     }
     return {out, ld};

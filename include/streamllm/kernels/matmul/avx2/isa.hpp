@@ -5,7 +5,9 @@
 // every type through the scalar loops, at a fraction of the memory's speed.
 #pragma once
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include "streamllm/kernels/simd/target.hpp"
+
+#ifdef STREAMLLM_HAVE_X86_KERNELS
 #define STREAMLLM_HAVE_AVX2_KERNELS 1
 
 #include <immintrin.h>
@@ -14,11 +16,10 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "streamllm/dtype.hpp"
+#include "streamllm/core/dtype.hpp"
 #include "streamllm/kernels/matmul/activations_q8.hpp"
 #include "streamllm/quant/blocks.hpp"
 
-#define STREAMLLM_AVX2 __attribute__((target("avx2,fma,f16c")))
 #endif
 
 #ifdef STREAMLLM_HAVE_AVX2_KERNELS

@@ -122,8 +122,7 @@ STREAMLLM_AVX2 inline void q6k_super_block(const quant::BlockQ6K& b, const Quant
 // loop, so that its super-block kernel is inlined into it, its constants
 // and the tokens' sums kept in registers. (A switch on the type per
 // super-block left each kernel a call of its own, its sums passed through
-// memory: 14% of a Q2_K decode in the loop and the calls; flatten, for
-// Q6_K's kernel, which the compiler would still call.)
+// memory; flatten, for Q6_K's kernel, which the compiler would still call.)
 template <int NT, DType T>
 STREAMLLM_AVX2 __attribute__((flatten)) inline void kquant_rows(std::size_t r0, std::size_t r1, const std::byte* w,
                                                                 std::size_t row_bytes, const QuantizedActivations::Slice& xa,

@@ -20,7 +20,7 @@ namespace streamllm::kernels::avx2 {
 // The 32 levels of 16 bytes of indices (IQ4_NL's order), as int8.
 STREAMLLM_AVX2 inline __m256i iq4_levels(const std::uint8_t* qs) {
   const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quant::kIq4Levels)));
-  return _mm256_shuffle_epi8(table, nibbles(qs));
+  return _mm256_shuffle_epi8(table, x86::nibbles(qs));
 }
 
 // The same levels + 128 (1..241): the sign bit flipped.
@@ -36,22 +36,6 @@ struct IQ4NLRow {
   STREAMLLM_AVX2 static __m256i quants(const Block& b) { return iq4_unsigned_levels(b.qs); }
 };
 
-// d (ls - 32) of an IQ4_XS super-block's eight blocks, quant::iq4xs_scale
-// for all at once (one at a time, the scales cost more than the products):
-// block j's low 4 bits at bit 4j of scales_l, its high 2 at bit 2j of
-// scales_h. The AVX-512 format takes them too.
-STREAMLLM_AVX2 inline __m256 iq4xs_scales(const quant::BlockIQ4XS& b) {
-  std::uint32_t low_bits;
-  std::memcpy(&low_bits, b.scales_l, 4);
-  const __m256i block = _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0);
-  const __m256i low = _mm256_and_si256(
-      _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(low_bits)), _mm256_slli_epi32(block, 2)), _mm256_set1_epi32(0xF));
-  const __m256i high =
-      _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(b.scales_h), _mm256_slli_epi32(block, 1)), _mm256_set1_epi32(3));
-  const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(low, _mm256_slli_epi32(high, 4)), _mm256_set1_epi32(32));
-  return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), _mm256_cvtepi32_ps(ls));
-}
-
 // Super-block sb of an IQ4_XS row against NT tokens: its eight blocks
 // reduced together (lane j: block j), the offset of 128 taken back from
 // them exactly (128 x the activation blocks' sums), scaled at once by
@@ -62,7 +46,7 @@ STREAMLLM_AVX2 inline void iq4xs_super_block(const quant::BlockIQ4XS& b, const Q
   const __m256i ones = _mm256_set1_epi16(1);
   __m256i q[8];
   for (int j = 0; j < 8; ++j) q[j] = iq4_unsigned_levels(b.qs + 16 * j);
-  const __m256 dl = iq4xs_scales(b);
+  const __m256 dl = x86::iq4xs_scales(b);
   for (int t = 0; t < NT; ++t) {
     const auto tt = static_cast<std::size_t>(t);
     const std::int8_t* xq = xa.q_row(tt) + 256 * sb;

@@ -5,7 +5,8 @@
 // against int8 activations (vpmaddubsw). Prefill: the int8 tiles for all of
 // them but F16, BF16 and Q8_0 (whose pair sums would saturate,
 // int8_tiles.hpp), which take the f32 tiles over rows converted by the AVX2
-// converters; F32 takes the portable row.
+// converters; F32 its rows read in place (f32_rows.hpp) and the f32 tiles,
+// as the portable row does, compiled for AVX2.
 //
 // The tiles work in groups of 16 tokens and a group costs much of its price
 // however few of its tokens are real (the f32 tiles convert every weight of
@@ -20,10 +21,11 @@
 #include <cstddef>
 #include <span>
 
+#include "streamllm/kernels/matmul/f32_rows.hpp"
 #include "streamllm/kernels/matmul/kernel.hpp"
 #include "streamllm/kernels/matmul/portable/rows.hpp"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#ifdef STREAMLLM_HAVE_X86_KERNELS
 #include "streamllm/kernels/matmul/avx2/float_rows.hpp"
 #include "streamllm/kernels/matmul/avx2/int8_blocks.hpp"
 #include "streamllm/kernels/matmul/avx2/int8_tiles.hpp"
@@ -134,23 +136,28 @@ constexpr MatmulKernel with_decode_scale_per_256(MatmulKernel row) {
 }
 
 inline constexpr MatmulKernel kRows[] = {
-    float_tile_row(DType::F16, decode_widened<F16Row>, portable::decode_any, ActivationLayout::Float, nullptr),
-    float_tile_row(DType::BF16, decode_widened<BF16Row>, portable::decode_any, ActivationLayout::Float, nullptr),
-    float_tile_row(DType::Q8_0, decode_blocks<Q8_0Row>, portable::decode_q8_0, ActivationLayout::Int8Blocks,
+    {.type = DType::F32,
+     .isa = Isa::Avx2,
+     .decode = gemv_f32,
+     .twin = portable::gemv_f32,
+     .prefill = prefill_f32_tiles<GemmF32, scalar_row_to_f32>},
+    float_tile_row(DType::F16, decode_widened<F16Row>, portable::gemv_dequant, ActivationLayout::Float, nullptr),
+    float_tile_row(DType::BF16, decode_widened<BF16Row>, portable::gemv_dequant, ActivationLayout::Float, nullptr),
+    float_tile_row(DType::Q8_0, decode_blocks<x86::Q8_0Row>, portable::gemv_q8_0, ActivationLayout::Int8Blocks,
                    portable::quantize_tokens),
-    int8_tile_row<Int8Blocks, 8, 8>(DType::Q4_0, decode_blocks<Q4_0Row>, portable::decode_q4_0),
-    int8_tile_row<Int8Blocks, 4, 16>(DType::Q5_0, decode_blocks<Q5_0Row>, portable::decode_unsigned_blocks),
-    int8_tile_row<Int8Q4K, 8, 0>(DType::Q4_1, decode_blocks<Q4_1Row>, portable::decode_unsigned_blocks),
-    int8_tile_row<Int8Q4K, 4, 0>(DType::Q5_1, decode_blocks<Q5_1Row>, portable::decode_unsigned_blocks),
-    int8_tile_row<Int8Q4K, 8, 0>(DType::Q4_K, decode_kquant, portable::decode_kquant),
-    int8_tile_row<Int8Q4K, 4, 0>(DType::Q5_K, decode_kquant, portable::decode_kquant),
-    int8_tile_row<Int8Q6K, 2, 32>(DType::Q6_K, decode_kquant, portable::decode_kquant),
-    with_decode_scale_per_256(int8_tile_row<Int8Q2K, 4, 0>(DType::Q2_K, decode_kquant, portable::decode_low_bit_kquant)),
-    with_decode_scale_per_256(int8_tile_row<Int8Q6K, 4, 4>(DType::Q3_K, decode_kquant, portable::decode_low_bit_kquant)),
+    int8_tile_row<Int8Blocks, 8, 8>(DType::Q4_0, decode_blocks<x86::Q4_0Row>, portable::gemv_q4_0),
+    int8_tile_row<Int8Blocks, 4, 16>(DType::Q5_0, decode_blocks<x86::Q5_0Row>, portable::gemv_unsigned_blocks),
+    int8_tile_row<Int8Q4K, 8, 0>(DType::Q4_1, decode_blocks<x86::Q4_1Row>, portable::gemv_unsigned_blocks),
+    int8_tile_row<Int8Q4K, 4, 0>(DType::Q5_1, decode_blocks<x86::Q5_1Row>, portable::gemv_unsigned_blocks),
+    int8_tile_row<Int8Q4K, 8, 0>(DType::Q4_K, decode_kquant, portable::gemv_kquant_int8),
+    int8_tile_row<Int8Q4K, 4, 0>(DType::Q5_K, decode_kquant, portable::gemv_kquant_int8),
+    int8_tile_row<Int8Q6K, 2, 32>(DType::Q6_K, decode_kquant, portable::gemv_kquant_int8),
+    with_decode_scale_per_256(int8_tile_row<Int8Q2K, 4, 0>(DType::Q2_K, decode_kquant, portable::gemv_low_bit_kquant)),
+    with_decode_scale_per_256(int8_tile_row<Int8Q6K, 4, 4>(DType::Q3_K, decode_kquant, portable::gemv_low_bit_kquant)),
     // The levels + 128 (up to 241) against activations of at most 63
     // (nonlinear_blocks.hpp, int8_tiles.hpp), in decode and in the tiles.
-    int8_tile_row<Int8Blocks, 1, 128, 63>(DType::IQ4_NL, decode_blocks<IQ4NLRow>, portable::decode_iq4),
-    int8_tile_row<Int8Blocks, 1, 128, 63>(DType::IQ4_XS, decode_kquant, portable::decode_iq4),
+    int8_tile_row<Int8Blocks, 1, 128, 63>(DType::IQ4_NL, decode_blocks<IQ4NLRow>, portable::gemv_iq4),
+    int8_tile_row<Int8Blocks, 1, 128, 63>(DType::IQ4_XS, decode_kquant, portable::gemv_iq4),
 };
 
 #else

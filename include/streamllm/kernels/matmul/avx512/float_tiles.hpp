@@ -3,10 +3,10 @@
 // their tokens packed and results unpacked by register transposes.
 #pragma once
 
+#include "streamllm/core/memory.hpp"
 #include "streamllm/kernels/matmul/avx512/isa.hpp"
 #include "streamllm/kernels/matmul/gemm.hpp"
 #include "streamllm/kernels/ops/transpose.hpp"
-#include "streamllm/memory.hpp"
 
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
 STREAMLLM_BEGIN_AVX512_INTRINSICS

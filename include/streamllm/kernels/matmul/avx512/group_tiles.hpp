@@ -2,10 +2,9 @@
 // groups of 16 blocks at load (Q8_0x16, Q4_0x16: quant/interleaved.hpp).
 //
 // The tiles unpack each block of rows before use. Unpacked into the file's
-// block order, a group cost a transpose (24 vpermt2d) and a sum per block:
-// for a 1.1B model ~100 ms on a Zen 5, as long as 32 tokens' products, so
-// short prefills (chat turns) went to the decode kernels, at a third of the
-// VNNI peak. Unpacked in the group's own lane order (Int8Groups), a group is
+// block order, a group cost a transpose (24 vpermt2d) and a sum per block,
+// as long as 32 tokens' products, so short prefills (chat turns) went to
+// the decode kernels, at a third of the VNNI peak. Unpacked in the group's own lane order (Int8Groups), a group is
 // its eight vectors less the offset, the 16 blocks' sums in one vpdpbusd
 // chain, and the scales as loaded: no transpose, nothing scalar.
 #pragma once
@@ -22,10 +21,10 @@
 #include <string>
 #include <utility>
 
-#include "streamllm/error.hpp"
-#include "streamllm/memory.hpp"
+#include "streamllm/core/error.hpp"
+#include "streamllm/core/memory.hpp"
+#include "streamllm/core/tensor.hpp"
 #include "streamllm/quant/interleaved.hpp"
-#include "streamllm/tensor.hpp"
 
 STREAMLLM_BEGIN_AVX512_INTRINSICS
 

@@ -4,8 +4,8 @@
 // (quant/interleaved.hpp, repack.hpp), read in streams for one token.
 #pragma once
 
-#include "streamllm/kernels/matmul/avx512/isa.hpp"
 #include "streamllm/kernels/matmul/avx512/float_rows.hpp"
+#include "streamllm/kernels/matmul/avx512/isa.hpp"
 #include "streamllm/quant/interleaved.hpp"
 
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
@@ -454,9 +454,8 @@ STREAMLLM_AVX512 inline void gemv_int8_streams(std::size_t r0, std::size_t r1, c
 // columns of w_down: 56 KB for 8 tokens) go in slices of k, each slice over
 // all the rows, which wait in L2 for the next one; so do the rows for the
 // next 8 tokens. A row's blocks past its last group follow that group at
-// once: in a pass of their own over every row afterwards, they came from
-// L3 (a tensor-parallel rank's w_down of 5.5 groups: a tenth of its batched
-// decode for 3% of its weights).
+// once, while it is in L1: in a pass of their own over every row
+// afterwards, they came from L3.
 template <class Row>
 STREAMLLM_AVX512 inline void gemv_int8_rows(std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
                                             const QuantizedActivations* xa, std::size_t n, float* y, std::size_t ldy) {

@@ -21,7 +21,6 @@
 // so does Q4_1's and Q5_1's m.
 #pragma once
 
-#include "streamllm/kernels/matmul/avx2/int8_blocks.hpp"
 #include "streamllm/kernels/matmul/avx512/int8_blocks.hpp"
 #include "streamllm/kernels/matmul/avx512/isa.hpp"
 #include "streamllm/kernels/matmul/avx512/kquants.hpp"
@@ -30,7 +29,8 @@
 #include "streamllm/kernels/matmul/avx512/unsigned_blocks.hpp"
 #include "streamllm/kernels/matmul/int8_tile_format.hpp"
 #include "streamllm/kernels/matmul/prefetch_rows.hpp"
-#include "streamllm/kernels/runtime/avx512_warnings.hpp"
+#include "streamllm/kernels/matmul/x86_rows.hpp"
+#include "streamllm/kernels/simd/avx512_warnings.hpp"
 
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
 
@@ -44,10 +44,10 @@
 #include <type_traits>
 #include <utility>
 
-#include "streamllm/error.hpp"
-#include "streamllm/memory.hpp"
+#include "streamllm/core/error.hpp"
+#include "streamllm/core/memory.hpp"
+#include "streamllm/core/tensor.hpp"
 #include "streamllm/quant/blocks.hpp"
-#include "streamllm/tensor.hpp"
 
 STREAMLLM_BEGIN_AVX512_INTRINSICS
 
@@ -90,9 +90,8 @@ STREAMLLM_AVX512 inline void store_token_major4(const __m512 (&r)[4], std::size_
 // MR rows x 32 tokens. Partial sums go to c (rows x tokens); with y, the last
 // slice of k goes to y token-major instead (y[t][0..MR) for t < ntok), in
 // registers: a separate transpose of the sums, through memory, cost more.
-// One function of about 70 lines: its 2 x MR accumulators and the block's
-// loads must be one register allocation (a micro-kernel split into calls
-// spills them). Each block of k asks for a line of each row's next slice
+// One function: its 2 x MR accumulators and the block's loads must be one
+// register allocation (a micro-kernel split into calls spills them). Each block of k asks for a line of each row's next slice
 // (prefetch_rows.hpp), so the driver's next read of these rows is on its way.
 template <class Format, std::size_t MR>
 STREAMLLM_AVX512 inline void gemm_int8_micro(const std::byte* w, std::size_t ldw, const std::uint8_t* xp, std::size_t kc,
@@ -115,10 +114,9 @@ STREAMLLM_AVX512 inline void gemm_int8_micro(const std::byte* w, std::size_t ldw
     for (std::size_t h = 0; h < kSplit; ++h) {
       const std::size_t s = Format::scale_index(b, h);
       // Two integer chains per accumulator where a scale covers eight quads
-      // (even quads and odd): one chain of eight vpdpbusd waited on its own
-      // latency (the micro-kernel ran at 60% of the VNNI peak from L1 on a
-      // Zen 5, 74% with two). Four quads (Q6_K's halves) are short enough:
-      // two chains of two made Gemm512/Q6_K (bench_kernels) ~8% slower.
+      // (even quads and odd): one chain of eight vpdpbusd waits on its own
+      // latency. Four quads (Q6_K's halves) are short enough for one chain:
+      // two chains of two were slower.
       constexpr std::size_t kChains = kQuads >= 8 ? 2 : 1;
       __m512i s0[kChains][MR], s1[kChains][MR];
       for (std::size_t i = 0; i < MR; ++i) {
@@ -305,7 +303,7 @@ STREAMLLM_AVX512 inline void unpack_super_block32(const typename Format::Block& 
 // Blocks [0, nb) of a row of Q4_1, Q5_0 or Q5_1 as Int8Blocks (Q5_0: the
 // quants minus 16) or Int8Q4K (Q4_1, Q5_1: the quants as they are, and m per
 // block) lays them out. Row: the AVX2 decode kernels' policy of the type
-// (avx2/int8_blocks.hpp), whose 32 quants per block are the same here.
+// (x86_rows.hpp), whose 32 quants per block are the same here.
 template <class Row>
 STREAMLLM_AVX512 inline void unpack_unsigned_blocks(const std::byte* src, std::size_t nb, std::int8_t* q, std::byte* scales,
                                                     std::byte* corrections, std::byte* mins) {
@@ -364,8 +362,8 @@ STREAMLLM_AVX512 inline void unpack_each(const std::byte* src, std::size_t kc, U
 
 // The super-blocks of `kc` columns of a super-block row: Q4_K and Q5_K as
 // Int8Q4K, Q6_K and Q3_K as Int8Q6K, IQ4_XS as Int8Blocks. The type is
-// chosen once per row, not per super-block: a choice inside the loop made
-// Q4_K's tiles of 16 tokens 10% slower (TinyLlama's 2048 x 2048, Zen 5).
+// chosen once per row, not per super-block: a choice inside the loop was
+// measurably slower.
 STREAMLLM_AVX512 inline void unpack_kquants(DType type, const std::byte* src, std::size_t kc, std::int8_t* q, std::byte* scales,
                                             std::byte* corrections, std::byte* mins) {
   const auto affine = [&](const auto& b, std::size_t s) {
@@ -426,9 +424,9 @@ struct Int8Rows {
       std::byte* mins = o + Format::mins_at(kc);
       const std::byte* src = w->row(static_cast<std::int64_t>(r0 + i)) + row_bytes(type, static_cast<std::int64_t>(k0));
       switch (type) {
-        case DType::Q5_0: unpack_unsigned_blocks<avx2::Q5_0Row>(src, nb, q, scales, corrections, mins); break;
-        case DType::Q4_1: unpack_unsigned_blocks<avx2::Q4_1Row>(src, nb, q, scales, corrections, mins); break;
-        case DType::Q5_1: unpack_unsigned_blocks<avx2::Q5_1Row>(src, nb, q, scales, corrections, mins); break;
+        case DType::Q5_0: unpack_unsigned_blocks<x86::Q5_0Row>(src, nb, q, scales, corrections, mins); break;
+        case DType::Q4_1: unpack_unsigned_blocks<x86::Q4_1Row>(src, nb, q, scales, corrections, mins); break;
+        case DType::Q5_1: unpack_unsigned_blocks<x86::Q5_1Row>(src, nb, q, scales, corrections, mins); break;
         case DType::Q4_K:
         case DType::Q5_K:
         case DType::Q6_K:

@@ -5,7 +5,9 @@
 // count dispatcher compiled for AVX-512.
 #pragma once
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include "streamllm/kernels/simd/target.hpp"
+
+#ifdef STREAMLLM_HAVE_X86_KERNELS
 #define STREAMLLM_HAVE_AVX512_KERNELS 1
 
 #include <immintrin.h>
@@ -18,15 +20,13 @@
 #include <type_traits>
 #include <utility>
 
-#include "streamllm/dtype.hpp"
+#include "streamllm/core/dtype.hpp"
 #include "streamllm/kernels/matmul/activations_q8.hpp"
 #include "streamllm/kernels/matmul/gemm.hpp"
-#include "streamllm/kernels/runtime/avx512_warnings.hpp"
 #include "streamllm/kernels/runtime/token_count.hpp"
+#include "streamllm/kernels/simd/avx512_warnings.hpp"
 #include "streamllm/quant/blocks.hpp"
 
-#define STREAMLLM_AVX512 \
-  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bf16,avx512vbmi")))
 #endif
 
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
@@ -52,7 +52,7 @@ STREAMLLM_AVX512 inline float hsum(__m512 v) {
 // (kInt8PrefetchBytes); the float kernels and one token's int8 kernel read
 // four streams (below).
 inline constexpr std::size_t kPrefetchBytes = 2048;
-inline constexpr bool kPrefetchInt8 = true;  // measured: Q4_0 22 vs 17 GB/s without
+inline constexpr bool kPrefetchInt8 = true;  // faster than without (kernel-measurements.md)
 
 STREAMLLM_AVX512 inline void prefetch_ahead(const std::byte* p, std::size_t bytes) {
   for (std::size_t off = 0; off < bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T0);
@@ -63,8 +63,7 @@ STREAMLLM_AVX512 inline void prefetch_ahead(const std::byte* p, std::size_t byte
 // sequential streams, each prefetched 1 KiB ahead, than on one. Batched
 // decode gains more: row after row, each row's longer arithmetic left the
 // one stream idle. The prefetches ask for non-temporal lines (NTA): weights
-// are read once per token, and on the Zen 5 that kept more of the streams
-// in flight.
+// are read once per token, and that kept more of the streams in flight.
 inline constexpr std::size_t kStreamPrefetchBytes = 1024;
 
 STREAMLLM_AVX512 inline void prefetch_stream(const std::byte* p, std::size_t bytes) {

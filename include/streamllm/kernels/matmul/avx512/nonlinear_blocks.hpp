@@ -6,9 +6,9 @@
 // row loop (super_blocks.hpp), its scales per block of 32.
 #pragma once
 
-#include "streamllm/kernels/matmul/avx2/nonlinear_blocks.hpp"
 #include "streamllm/kernels/matmul/avx512/int8_blocks.hpp"
 #include "streamllm/kernels/matmul/avx512/super_blocks.hpp"
+#include "streamllm/kernels/matmul/x86_rows.hpp"
 
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
 STREAMLLM_BEGIN_AVX512_INTRINSICS
@@ -57,7 +57,7 @@ struct IQ4XSFormat {
   using Block = quant::BlockIQ4XS;
   static constexpr int kSubBlock = 32, kOffset = 128;
   static constexpr bool kMins = false;
-  STREAMLLM_AVX512 static __m512 scales(const Block& b) { return _mm512_zextps256_ps512(avx2::iq4xs_scales(b)); }
+  STREAMLLM_AVX512 static __m512 scales(const Block& b) { return _mm512_zextps256_ps512(x86::iq4xs_scales(b)); }
   STREAMLLM_AVX512 static void quants(const Block& b, __m512i (&u)[4]) {
     const __m512i twice = _mm512_set_epi64(3, 2, 3, 2, 1, 0, 1, 0);  // each block's 16 bytes, twice
     const long long four = 0x0004000400040004;

@@ -20,7 +20,8 @@
 #include "streamllm/kernels/matmul/kernel.hpp"
 #include "streamllm/kernels/matmul/portable/rows.hpp"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include "streamllm/kernels/simd/target.hpp"
+#ifdef STREAMLLM_HAVE_X86_KERNELS
 #include "streamllm/kernels/matmul/avx512/activations.hpp"
 #include "streamllm/kernels/matmul/avx512/float_rows.hpp"
 #include "streamllm/kernels/matmul/avx512/float_tiles.hpp"
@@ -44,11 +45,9 @@ namespace streamllm::kernels::avx512 {
 // few tokens do not repay, while the groups' decode kernel reads the weights
 // as they are, compute-bound from 8 tokens on, so a pass more costs little
 // more than its arithmetic. The interleaved rows (the model's) unpack in
-// their own order (group_tiles.hpp), cheaply enough that from 28 tokens the
-// tiles are the faster (GemvTokens Q8_0x16 65536 x 2048, Zen 5, 2 threads:
-// 24 tokens 12.2 ms on the tiles against ~11 in passes, 28 tokens 12.2 against
-// 12.6, 32 tokens 12.3 against 14.3-14.5); rows in the file's layout (which
-// the model does not keep) unpack with a transpose, and take passes up to 48.
+// their own order (group_tiles.hpp), cheaply enough that the tiles are the
+// faster from 28 tokens; rows in the file's layout (which the model does not
+// keep) unpack with a transpose, and take passes up to 48.
 inline constexpr std::size_t kFloatDecodeTokens = 16;
 inline constexpr std::size_t kBf16TileDecodeTokens = 8;
 inline constexpr std::size_t kGroupDecodeTokens = 16;
@@ -157,7 +156,7 @@ constexpr MatmulKernel float_row(DType t, DecodeRowsFn decode) {
           .isa = Isa::Avx512Bf16Vnni,
           .decode = decode,
           .decode_tokens = kFloatDecodeTokens,
-          .twin = portable::decode_any,
+          .twin = portable::gemv_dequant,
           .prefill = kF32Tiles};
 }
 
@@ -212,31 +211,31 @@ inline constexpr MatmulKernel kRows[] = {
      .applies = full_rate_bf16,
      .decode = decode_widened<BF16Row>,
      .decode_tokens = kBf16TileDecodeTokens,
-     .twin = portable::decode_any,
+     .twin = portable::gemv_dequant,
      .tiles = Tiles::Bf16,
      .prefill = prefill_bf16},
     float_row(DType::BF16, decode_widened<BF16Row>),
-    group_row<Q8_0Row>(DType::Q8_0, portable::decode_q8_0, ActivationLayout::Int8GroupsQ8_0, DType::Q8_0x16),
-    group_row<Q4_0Row>(DType::Q4_0, portable::decode_q4_0, ActivationLayout::Int8GroupsQ4_0, DType::Q4_0x16),
-    interleaved_row<Q8_0x16Row>(DType::Q8_0x16, portable::decode_q8_0, ActivationLayout::Int8GroupsQ8_0),
-    interleaved_row<Q4_0x16Row>(DType::Q4_0x16, portable::decode_q4_0, ActivationLayout::Int8GroupsQ4_0),
-    int8_row<Int8Blocks>(DType::Q5_0, decode_unsigned_blocks<quant::BlockQ5_0>, portable::decode_unsigned_blocks),
-    int8_row<Int8Q4K>(DType::Q4_1, decode_unsigned_blocks<quant::BlockQ4_1>, portable::decode_unsigned_blocks),
-    int8_row<Int8Q4K>(DType::Q5_1, decode_unsigned_blocks<quant::BlockQ5_1>, portable::decode_unsigned_blocks),
-    int8_row<Int8Q4K>(DType::Q4_K, decode_kquant, portable::decode_kquant),
-    int8_row<Int8Q4K>(DType::Q5_K, decode_kquant, portable::decode_kquant),
-    int8_row<Int8Q6K>(DType::Q6_K, decode_kquant, portable::decode_kquant),
-    int8_row<Int8Q6K>(DType::Q3_K, decode_super_blocks<Q3KFormat>, portable::decode_low_bit_kquant),
+    group_row<Q8_0Row>(DType::Q8_0, portable::gemv_q8_0, ActivationLayout::Int8GroupsQ8_0, DType::Q8_0x16),
+    group_row<Q4_0Row>(DType::Q4_0, portable::gemv_q4_0, ActivationLayout::Int8GroupsQ4_0, DType::Q4_0x16),
+    interleaved_row<Q8_0x16Row>(DType::Q8_0x16, portable::gemv_q8_0, ActivationLayout::Int8GroupsQ8_0),
+    interleaved_row<Q4_0x16Row>(DType::Q4_0x16, portable::gemv_q4_0, ActivationLayout::Int8GroupsQ4_0),
+    int8_row<Int8Blocks>(DType::Q5_0, decode_unsigned_blocks<quant::BlockQ5_0>, portable::gemv_unsigned_blocks),
+    int8_row<Int8Q4K>(DType::Q4_1, decode_unsigned_blocks<quant::BlockQ4_1>, portable::gemv_unsigned_blocks),
+    int8_row<Int8Q4K>(DType::Q5_1, decode_unsigned_blocks<quant::BlockQ5_1>, portable::gemv_unsigned_blocks),
+    int8_row<Int8Q4K>(DType::Q4_K, decode_kquant, portable::gemv_kquant_int8),
+    int8_row<Int8Q4K>(DType::Q5_K, decode_kquant, portable::gemv_kquant_int8),
+    int8_row<Int8Q6K>(DType::Q6_K, decode_kquant, portable::gemv_kquant_int8),
+    int8_row<Int8Q6K>(DType::Q3_K, decode_super_blocks<Q3KFormat>, portable::gemv_low_bit_kquant),
     {.type = DType::Q2_K,  // its mins per 16 fit no int8 tile format: the f32 tiles
      .isa = Isa::Avx512Bf16Vnni,
      .decode = decode_super_blocks<Q2KFormat>,
      .decode_tokens = kMaxGemvTokens,
      .activations = ActivationLayout::Int8Blocks,
      .quantize = quantize_tokens,
-     .twin = portable::decode_low_bit_kquant,
+     .twin = portable::gemv_low_bit_kquant,
      .prefill = kF32Tiles},
-    int8_row<Int8Blocks>(DType::IQ4_XS, decode_super_blocks<IQ4XSFormat>, portable::decode_iq4),
-    group_row<IQ4NLRow>(DType::IQ4_NL, portable::decode_iq4, ActivationLayout::Int8GroupsQ8_0),
+    int8_row<Int8Blocks>(DType::IQ4_XS, decode_super_blocks<IQ4XSFormat>, portable::gemv_iq4),
+    group_row<IQ4NLRow>(DType::IQ4_NL, portable::gemv_iq4, ActivationLayout::Int8GroupsQ8_0),
 };
 
 #else

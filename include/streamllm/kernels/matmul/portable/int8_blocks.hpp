@@ -6,18 +6,20 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "streamllm/core/memory.hpp"
+#include "streamllm/core/tensor.hpp"
 #include "streamllm/kernels/matmul/activations_q8.hpp"
+#include "streamllm/kernels/matmul/kernel.hpp"
 #include "streamllm/kernels/ops/dot.hpp"
-#include "streamllm/memory.hpp"
 #include "streamllm/quant/blocks.hpp"
-#include "streamllm/tensor.hpp"
 
 namespace streamllm::kernels::portable {
 
 // Q8_0 weights x Q8 activations: sum over blocks of dw * dx * <qw, qx>, the
 // integer part exact.
-inline void gemv_q8_0(const TensorView& w, const QuantizedActivations& xa, std::size_t n, float* y, std::size_t ldy,
-                      std::size_t r0, std::size_t r1) {
+inline void gemv_q8_0(const TensorView& w, std::size_t r0, std::size_t r1, const DecodeInput& in, std::size_t n, float* y,
+                      std::size_t ldy) {
+  const QuantizedActivations& xa = *in.xa;
   for (std::size_t r = r0; r < r1; ++r) {
     const auto* blocks = reinterpret_cast<const quant::BlockQ8_0*>(w.row(static_cast<std::int64_t>(r)));
     for (std::size_t t = 0; t < n; ++t) {
@@ -35,8 +37,9 @@ inline void gemv_q8_0(const TensorView& w, const QuantizedActivations& xa, std::
 }
 
 // Q4_0 weights x Q8 activations.
-inline void gemv_q4_0(const TensorView& w, const QuantizedActivations& xa, std::size_t n, float* y, std::size_t ldy,
-                      std::size_t r0, std::size_t r1) {
+inline void gemv_q4_0(const TensorView& w, std::size_t r0, std::size_t r1, const DecodeInput& in, std::size_t n, float* y,
+                      std::size_t ldy) {
+  const QuantizedActivations& xa = *in.xa;
   for (std::size_t r = r0; r < r1; ++r) {
     const auto* blocks = reinterpret_cast<const quant::BlockQ4_0*>(w.row(static_cast<std::int64_t>(r)));
     for (std::size_t t = 0; t < n; ++t) {

@@ -5,11 +5,12 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "streamllm/core/memory.hpp"
+#include "streamllm/core/tensor.hpp"
 #include "streamllm/kernels/matmul/activations_q8.hpp"
+#include "streamllm/kernels/matmul/kernel.hpp"
 #include "streamllm/kernels/ops/dot.hpp"
-#include "streamllm/memory.hpp"
 #include "streamllm/quant/blocks.hpp"
-#include "streamllm/tensor.hpp"
 
 namespace streamllm::kernels::portable {
 
@@ -35,8 +36,9 @@ inline float affine_k_dot(const Block& b, const std::uint8_t* q, const std::int8
 // of the unsigned quants, scaled by d sc dx; less, for Q4_K and Q5_K, dmin m
 // dx times the activation block's sum, and for Q6_K the offset 32 times the
 // sub-block's activations. The twin of the VNNI kernel (gemv_kquant_int8_row).
-inline void gemv_kquant_int8(const TensorView& w, const QuantizedActivations& xa, std::size_t n, float* y, std::size_t ldy,
-                             std::size_t r0, std::size_t r1) {
+inline void gemv_kquant_int8(const TensorView& w, std::size_t r0, std::size_t r1, const DecodeInput& in, std::size_t n, float* y,
+                             std::size_t ldy) {
+  const QuantizedActivations& xa = *in.xa;
   const std::size_t super_blocks = xa.cols / 256;
   std::uint8_t q[256];
   for (std::size_t r = r0; r < r1; ++r)

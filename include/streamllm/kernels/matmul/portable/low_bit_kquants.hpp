@@ -8,14 +8,16 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "streamllm/core/tensor.hpp"
 #include "streamllm/kernels/matmul/activations_q8.hpp"
+#include "streamllm/kernels/matmul/kernel.hpp"
 #include "streamllm/quant/blocks.hpp"
-#include "streamllm/tensor.hpp"
 
 namespace streamllm::kernels::portable {
 
-inline void gemv_low_bit_kquant(const TensorView& w, const QuantizedActivations& xa, std::size_t n, float* y, std::size_t ldy,
-                                std::size_t r0, std::size_t r1) {
+inline void gemv_low_bit_kquant(const TensorView& w, std::size_t r0, std::size_t r1, const DecodeInput& in, std::size_t n,
+                                float* y, std::size_t ldy) {
+  const QuantizedActivations& xa = *in.xa;
   const std::size_t super_blocks = xa.cols / 256;
   for (std::size_t r = r0; r < r1; ++r) {
     const std::byte* row = w.row(static_cast<std::int64_t>(r));

@@ -8,9 +8,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "streamllm/core/tensor.hpp"
 #include "streamllm/kernels/matmul/activations_q8.hpp"
+#include "streamllm/kernels/matmul/kernel.hpp"
 #include "streamllm/quant/blocks.hpp"
-#include "streamllm/tensor.hpp"
 
 namespace streamllm::kernels::portable {
 
@@ -24,8 +25,9 @@ inline std::int32_t iq4_dot32(const std::uint8_t* qs, const std::int8_t* xq) {
   return s;
 }
 
-inline void gemv_iq4(const TensorView& w, const QuantizedActivations& xa, std::size_t n, float* y, std::size_t ldy,
-                     std::size_t r0, std::size_t r1) {
+inline void gemv_iq4(const TensorView& w, std::size_t r0, std::size_t r1, const DecodeInput& in, std::size_t n, float* y,
+                     std::size_t ldy) {
+  const QuantizedActivations& xa = *in.xa;
   for (std::size_t r = r0; r < r1; ++r) {
     const std::byte* row = w.row(static_cast<std::int64_t>(r));
     for (std::size_t t = 0; t < n; ++t) {

@@ -9,7 +9,7 @@
 // at a seventh of llama.cpp's speed (docs/kernel-measurements.md).
 // Prefill takes the int8 tiles (avx512/ and avx2/int8_tiles.hpp: Q5_0
 // unpacked as q - 16, Q4_1 and Q5_1 with m as Q4_K's min). The AVX2 kernels
-// are the Row policies of avx2/int8_blocks.hpp (Q5_0Row, Q4_1Row, Q5_1Row).
+// are the Row policies of x86_rows.hpp (Q5_0Row, Q4_1Row, Q5_1Row).
 #pragma once
 
 #include <cstddef>
@@ -17,9 +17,10 @@
 #include <cstring>
 #include <type_traits>
 
+#include "streamllm/core/tensor.hpp"
 #include "streamllm/kernels/matmul/activations_q8.hpp"
+#include "streamllm/kernels/matmul/kernel.hpp"
 #include "streamllm/quant/blocks.hpp"
-#include "streamllm/tensor.hpp"
 
 namespace streamllm::kernels {
 
@@ -66,8 +67,9 @@ namespace portable {
 
 // The twin of the AVX-512 kernel below and of the AVX2 Row policies: the
 // same integer dot products.
-inline void gemv_unsigned_blocks(const TensorView& w, const QuantizedActivations& xa, std::size_t n, float* y, std::size_t ldy,
-                                 std::size_t r0, std::size_t r1) {
+inline void gemv_unsigned_blocks(const TensorView& w, std::size_t r0, std::size_t r1, const DecodeInput& in, std::size_t n,
+                                 float* y, std::size_t ldy) {
+  const QuantizedActivations& xa = *in.xa;
   with_unsigned_block(w.type, [&](auto tag) {
     using Block = decltype(tag);
     for (std::size_t r = r0; r < r1; ++r) {

@@ -1,5 +1,0 @@
-// Moved to loaders/gguf_model.hpp (issue 25: file formats at the bottom, loaders above
-// the model); this forwarding header keeps old includes building.
-#pragma once
-
-#include "streamllm/loaders/gguf_model.hpp"

@@ -1,0 +1,17 @@
+# The map (docs/architecture.md) names every header of the library by its
+# path under include/streamllm/: run as cmake -DROOT=<repo> -P this file.
+file(GLOB_RECURSE headers RELATIVE ${ROOT}/include/streamllm ${ROOT}/include/streamllm/*.hpp)
+file(READ ${ROOT}/docs/architecture.md map)
+set(missing "")
+foreach(h ${headers})
+  string(FIND "${map}" "`${h}`" at)
+  if(at EQUAL -1)
+    list(APPEND missing ${h})
+  endif()
+endforeach()
+list(LENGTH headers count)
+if(missing)
+  string(REPLACE ";" "\n  " missing "${missing}")
+  message(FATAL_ERROR "docs/architecture.md does not name these headers (as `path`):\n  ${missing}")
+endif()
+message(STATUS "docs/architecture.md names all ${count} headers")
