@@ -82,9 +82,9 @@ std::string random_gguf_model(const std::string& name, const std::string& type) 
   const auto recipe = streamllm::loaders::parse_recipe(type);
   const streamllm::ModelShape s = Config::shape();
   streamllm::formats::GgufWriter w;
-  streamllm::loaders::write_llama_metadata(
-      w, s, streamllm::formats::SentencePieceModel::read((data_dir() / "models" / "tokenizer.model").string()), recipe,
-      name + "-random");
+  streamllm::loaders::write_llama_metadata(w, s, recipe, name + "-random");
+  streamllm::loaders::write_tokenizer(
+      w, streamllm::formats::SentencePieceModel::read((data_dir() / "models" / "tokenizer.model").string()));
   const std::int64_t D = s.dim, H = s.hidden_dim, KV = s.kv_heads * (s.dim / s.heads);
   std::vector<float> buf;
   std::uint64_t seed = 1;

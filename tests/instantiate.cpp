@@ -5,3 +5,4 @@
 template class streamllm::Llama<streamllm::presets::Stories260K>;
 template class streamllm::Llama<test::WideInt8>;
 template class streamllm::Llama<test::Padded260K>;
+template class streamllm::Llama<test::Llama3Tiny>;

@@ -3,6 +3,7 @@
 // models stay close to the f32 one.
 #include <unistd.h>
 
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -117,6 +118,58 @@ TEST_CASE("a GGUF file's hyper-parameters are read, not assumed", "[gguf]") {
   const auto a = m.prefill(ids, c1);
   const std::vector<float> la(a.begin(), a.end());
   REQUIRE(test::max_abs_diff(la, m2.prefill(ids, c2)) > 1e-3f);
+}
+
+TEST_CASE("RoPE's scaling is read from a file and checked: factors, linear scaling, rotary dimensions", "[gguf][rope]") {
+  const formats::GgufFile f(test::model_path("stories260K-F32.gguf"));
+  // stories260K with keys and tensors added (head dimension 8: 4 pairs).
+  auto variant = [&](const std::string& name, const std::vector<std::pair<std::string, formats::GgufWriter::Value>>& keys,
+                     std::vector<float> factors) {
+    formats::GgufWriter w;
+    for (const auto& [k, v] : f.metadata()) {
+      if (v.type == formats::GgufType::U32) w.set(k, static_cast<std::uint32_t>(v.uinteger));
+      if (v.type == formats::GgufType::String) w.set(k, std::string(v.string));
+      if (v.type == formats::GgufType::F32) w.set(k, static_cast<float>(v.real));
+    }
+    for (const auto& [k, v] : keys) w.set(k, v);
+    for (const auto& t : f.tensors()) w.add_tensor(t.name, t.type, t.dims, std::vector<std::byte>(t.data, t.data + t.bytes));
+    if (!factors.empty()) {
+      std::vector<std::byte> bytes(factors.size() * sizeof(float));
+      std::memcpy(bytes.data(), factors.data(), bytes.size());
+      w.add_tensor("rope_freqs.weight", DType::F32, {static_cast<std::int64_t>(factors.size())}, std::move(bytes));
+    }
+    const auto path = (scratch() / (name + ".gguf")).string();
+    w.write(path);
+    return path;
+  };
+  auto logits = [](const std::string& path) {
+    auto m = load_llama<Stories>(path);
+    KVCache<Stories> c;
+    std::vector<TokenId> ids(40, 403);
+    ids[0] = 1;
+    const auto l = m.prefill(ids, c);
+    return std::vector<float>(l.begin(), l.end());
+  };
+  const auto plain = logits(test::model_path("stories260K-F32.gguf"));
+  // Factors of 1 change nothing, bit for bit; others change the logits.
+  REQUIRE(test::max_abs_diff(plain, logits(variant("ones", {}, {1, 1, 1, 1}))) == 0.0f);
+  const auto scaled = variant("factors", {}, {1, 2, 4, 8});
+  REQUIRE(load_llama<Stories>(scaled).hparams().rope_freq_factors == std::vector<double>{1, 2, 4, 8});
+  REQUIRE(test::max_abs_diff(plain, logits(scaled)) > 1e-3f);
+  const auto linear =
+      variant("linear", {{"llama.rope.scaling.type", std::string("linear")}, {"llama.rope.scaling.factor", 4.0f}}, {});
+  REQUIRE(load_llama<Stories>(linear).hparams().rope_position_scale == 0.25);
+  REQUIRE(test::max_abs_diff(plain, logits(linear)) > 1e-3f);
+  REQUIRE(load_llama<Stories>(variant("rotary6", {{"llama.rope.dimension_count", std::uint32_t{6}}}, {})).hparams().rope_dims ==
+          6);
+  // What the file gets wrong, the message names.
+  REQUIRE_THROWS_WITH(load_llama<Stories>(variant("short", {}, {1, 2, 4})), Catch::Contains("rope_freqs.weight"));
+  REQUIRE_THROWS_WITH(load_llama<Stories>(variant("zero", {}, {1, 0, 4, 8})),
+                      Catch::Contains("rope_freqs.weight[1]") && Catch::Contains("not a positive"));
+  REQUIRE_THROWS_WITH(load_llama<Stories>(variant("yarn", {{"llama.rope.scaling.type", std::string("yarn")}}, {})),
+                      Catch::Contains("yarn") && Catch::Contains("linear"));
+  REQUIRE_THROWS_WITH(load_llama<Stories>(variant("rotary7", {{"llama.rope.dimension_count", std::uint32_t{7}}}, {})),
+                      Catch::Contains("llama.rope.dimension_count is 7"));
 }
 
 TEST_CASE("GGUF written by our converter round-trips through our reader", "[gguf][convert]") {

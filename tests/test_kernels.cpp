@@ -161,6 +161,34 @@ TEST_CASE("parallel_chunks hands every chunk to one thread once, a stalled threa
   omp_set_num_threads(saved);
 }
 
+TEST_CASE("RoPE scaled as a file says: frequency factors, linear positions, rotary dimensions", "[kernels][rope]") {
+  // The textbook angle with each scaling written out: pair i of a head turns by
+  // pos * scale * theta^(-2i / rotary) / factor_i while 2i < rotary, else not at all.
+  const int head_dim = 16;
+  const double theta = 500000.0;
+  const std::vector<double> factors{1, 1, 1.5, 2, 4, 8, 8, 8};
+  for (const auto& [scale, rotary] : {std::pair{1.0, 0}, std::pair{0.25, 0}, std::pair{1.0, 10}, std::pair{0.5, 12}}) {
+    const k::Rope rope(head_dim, theta, k::RopeScaling{factors, scale, rotary});
+    std::vector<float> cosx(static_cast<std::size_t>(rope.table_len())), sinx(cosx.size());
+    for (std::int64_t pos : {std::int64_t(0), std::int64_t(3), std::int64_t(700), std::int64_t(131071)}) {
+      auto got = random_vector(static_cast<std::size_t>(head_dim) * 3, 11), want = got;
+      rope.table(pos, cosx.data(), sinx.data());
+      k::rope_apply(got.data(), got.size(), cosx.data(), sinx.data(), cosx.size());
+      const int dims = rotary > 0 ? rotary : head_dim;
+      for (std::size_t e = 0; e + 1 < want.size(); e += 2) {
+        const std::size_t i = (e % head_dim) / 2;
+        if (2 * static_cast<int>(i) >= dims) continue;
+        const double a = static_cast<double>(pos) * scale * std::pow(theta, -2.0 * static_cast<double>(i) / dims) / factors[i];
+        const double x0 = want[e], x1 = want[e + 1];
+        want[e] = static_cast<float>(x0 * std::cos(a) - x1 * std::sin(a));
+        want[e + 1] = static_cast<float>(x0 * std::sin(a) + x1 * std::cos(a));
+      }
+      INFO("scale " << scale << " rotary " << rotary << " pos " << pos);
+      require_close(got, want, 2e-6f);
+    }
+  }
+}
+
 TEMPLATE_TEST_CASE("RoPE tables rotate as the textbook formula does, at any position", "[kernels][rope]", TEST_FAMILIES) {
   if (!test::cpu_runs(TestType::isa)) return;
   const k::ScopedIsa family(TestType::isa);

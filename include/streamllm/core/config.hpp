@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace streamllm {
 
@@ -33,6 +34,11 @@ struct ModelShape {
 struct HyperParams {
   double rope_theta = 10000.0;
   float rms_eps = 1e-5f;
+  // RoPE as the file scales it: per-pair frequency factors (rope_freqs.weight),
+  // linear position scaling, rotary dimensions (0: the whole head).
+  std::vector<double> rope_freq_factors;
+  double rope_position_scale = 1.0;
+  int rope_dims = 0;
 };
 
 // LlamaConfig<Dim, HiddenDim, Layers, Heads, KVHeads, Vocab, MaxSeq>: every

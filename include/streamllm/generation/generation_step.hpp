@@ -243,9 +243,9 @@ class GenerationStep {
   static double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
   std::optional<StopReason> stop_token(TokenId t) const {
-    if (opt_.stop_at_eos && t == tok_->eos()) return StopReason::EndOfSequence;
+    if (opt_.stop_at_eos && tok_->ends_generation(t)) return StopReason::EndOfSequence;
     for (TokenId s : opt_.stop_tokens)
-      if (s == t) return t == tok_->eos() ? StopReason::EndOfSequence : StopReason::StopToken;
+      if (s == t) return tok_->ends_generation(t) ? StopReason::EndOfSequence : StopReason::StopToken;
     return std::nullopt;
   }
 

@@ -550,7 +550,7 @@ class BatchScheduler {
     const bool keep = pool_.enabled() && s.known && !s.broken && s.cache && res.stop != StopReason::Error;
     if (keep && s.phase != Phase::Waiting && s.fed == s.req.prompt.size() && !res.tokens.empty()) {
       s.feed.push_back(res.tokens.back());
-      if (s.req.close_with_eos && res.tokens.back() != tok_->eos()) s.feed.push_back(tok_->eos());
+      if (s.req.close_with_eos && !tok_->ends_generation(res.tokens.back())) s.feed.push_back(tok_->eos());
     }
     s.known = keep;
     s.phase = s.feed.empty() ? Phase::Ended : Phase::Closing;

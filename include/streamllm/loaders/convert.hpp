@@ -1,11 +1,14 @@
-// llama2.c checkpoint (+ SentencePiece model) to GGUF, quantised to any
-// supported type. The files load in llama.cpp and round-trip through our reader.
+// llama2.c checkpoint (+ its tokenizer: a SentencePiece .model or a Hugging
+// Face tokenizer.json) to GGUF, quantised to any supported type; or a
+// tokenizer alone to a vocabulary-only GGUF. The files load in llama.cpp and
+// round-trip through our reader. Needs nlohmann-json (tokenizer.json).
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "streamllm/formats/gguf_writer.hpp"
+#include "streamllm/formats/hf_tokenizer.hpp"
 #include "streamllm/formats/sentencepiece_model.hpp"
 #include "streamllm/loaders/llama2c.hpp"
 #include "streamllm/quant/blocks.hpp"
@@ -139,25 +142,8 @@ inline DType tensor_type(ConvertRecipe r, const TensorPlace& at, std::int64_t ro
   return t;
 }
 
-// The llama architecture's keys and the tokenizer's, as llama.cpp reads them.
-inline void write_llama_metadata(formats::GgufWriter& w, const ModelShape& s, const formats::SentencePieceModel& sp,
-                                 ConvertRecipe recipe, const std::string& name) {
-  if (static_cast<std::int64_t>(sp.pieces.size()) != s.vocab)
-    throw InputError("the tokenizer has " + std::to_string(sp.pieces.size()) + " pieces, the model's vocabulary " +
-                     std::to_string(s.vocab));
-  w.set("general.architecture", std::string("llama"));
-  w.set("general.name", name);
-  w.set("general.file_type", file_type(recipe));
-  w.set("llama.context_length", static_cast<std::uint32_t>(s.max_seq));
-  w.set("llama.embedding_length", static_cast<std::uint32_t>(s.dim));
-  w.set("llama.feed_forward_length", static_cast<std::uint32_t>(s.hidden_dim));
-  w.set("llama.block_count", static_cast<std::uint32_t>(s.layers));
-  w.set("llama.attention.head_count", static_cast<std::uint32_t>(s.heads));
-  w.set("llama.attention.head_count_kv", static_cast<std::uint32_t>(s.kv_heads));
-  w.set("llama.rope.dimension_count", static_cast<std::uint32_t>(s.dim / s.heads));
-  w.set("llama.rope.freq_base", 10000.0f);
-  w.set("llama.attention.layer_norm_rms_epsilon", 1e-5f);
-  w.set("llama.vocab_size", static_cast<std::uint32_t>(s.vocab));
+// A SentencePiece model's keys, as llama.cpp reads them.
+inline void write_tokenizer(formats::GgufWriter& w, const formats::SentencePieceModel& sp) {
   std::vector<std::string> pieces;
   std::vector<float> scores;
   std::vector<std::int32_t> types;
@@ -177,6 +163,47 @@ inline void write_llama_metadata(formats::GgufWriter& w, const ModelShape& s, co
   w.set("tokenizer.ggml.add_eos_token", false);
   w.set("tokenizer.ggml.add_space_prefix", sp.add_dummy_prefix);
   w.set("tokenizer.ggml.remove_extra_whitespaces", sp.remove_extra_whitespaces);
+}
+
+// A tokenizer file's keys, told by its name: tokenizer.json (byte-level
+// BPE) or a SentencePiece .model. Returns the vocabulary's size.
+inline std::size_t write_tokenizer_file(formats::GgufWriter& w, const std::string& path) {
+  if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0) {
+    const auto hf = formats::HfTokenizer::read(path);
+    hf.write(w);
+    return hf.tokens.size();
+  }
+  const auto sp = formats::SentencePieceModel::read(path);
+  write_tokenizer(w, sp);
+  return sp.pieces.size();
+}
+
+// A vocabulary-only GGUF (as llama.cpp's ggml-vocab-*.gguf): the tokenizer's
+// keys and no tensors.
+inline void convert_tokenizer_to_gguf(const std::string& tokenizer_path, const std::string& out_path,
+                                      const std::string& name = "vocab") {
+  formats::GgufWriter w;
+  w.set("general.architecture", std::string("llama"));
+  w.set("general.name", name);
+  write_tokenizer_file(w, tokenizer_path);
+  w.write(out_path);
+}
+
+// The llama architecture's keys, as llama.cpp reads them.
+inline void write_llama_metadata(formats::GgufWriter& w, const ModelShape& s, ConvertRecipe recipe, const std::string& name) {
+  w.set("general.architecture", std::string("llama"));
+  w.set("general.name", name);
+  w.set("general.file_type", file_type(recipe));
+  w.set("llama.context_length", static_cast<std::uint32_t>(s.max_seq));
+  w.set("llama.embedding_length", static_cast<std::uint32_t>(s.dim));
+  w.set("llama.feed_forward_length", static_cast<std::uint32_t>(s.hidden_dim));
+  w.set("llama.block_count", static_cast<std::uint32_t>(s.layers));
+  w.set("llama.attention.head_count", static_cast<std::uint32_t>(s.heads));
+  w.set("llama.attention.head_count_kv", static_cast<std::uint32_t>(s.kv_heads));
+  w.set("llama.rope.dimension_count", static_cast<std::uint32_t>(s.dim / s.heads));
+  w.set("llama.rope.freq_base", 10000.0f);
+  w.set("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  w.set("llama.vocab_size", static_cast<std::uint32_t>(s.vocab));
 }
 
 // One tensor of f32 values, in the recipe's type for it.
@@ -203,7 +230,11 @@ inline void convert_llama2c_to_gguf(const std::string& model_path, const std::st
   bool shared = true;
   const ModelShape s = read_llama2c_shape(f, &shared);
   formats::GgufWriter w;
-  write_llama_metadata(w, s, formats::SentencePieceModel::read(tokenizer_path), recipe, name);
+  write_llama_metadata(w, s, recipe, name);
+  const std::size_t vocab = write_tokenizer_file(w, tokenizer_path);
+  if (static_cast<std::int64_t>(vocab) != s.vocab)
+    throw InputError("the tokenizer " + tokenizer_path + " has " + std::to_string(vocab) + " tokens, the model " + model_path +
+                     " a vocabulary of " + std::to_string(s.vocab));
   for (const auto& t : llama2c_tensors(f)) try {
       add_converted_tensor(w, recipe, t.name, t.dims, t.data, s.layers, s.heads / s.kv_heads, shared);
     } catch (const InputError& e) {  // a value the type cannot hold: the input file's fault

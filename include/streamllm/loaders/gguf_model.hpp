@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -108,6 +109,19 @@ inline HyperParams gguf_hparams(const formats::GgufFile& f) {
   HyperParams h;
   h.rope_theta = rope_theta;
   h.rms_eps = static_cast<float>(rms_eps);
+  // Linear RoPE scaling: positions divided by the factor (ggml's freq_scale).
+  const auto scaling = f.string("llama.rope.scaling.type");
+  std::optional<double> linear = f.real("llama.rope.scale_linear");  // the older key
+  if (scaling && *scaling == "linear")
+    linear = f.real("llama.rope.scaling.factor");
+  else if (scaling && *scaling != "none")
+    f.fail("llama.rope.scaling.type is '" + std::string(*scaling) +
+           "'; streamllm reads none and linear (Llama 3.1's scaling comes as the tensor rope_freqs.weight)");
+  if (linear) {
+    if (!(*linear > 0 && std::isfinite(*linear)))
+      f.fail("the linear RoPE scaling factor (" + (std::ostringstream() << *linear).str() + ") must be a positive number");
+    h.rope_position_scale = 1.0 / *linear;
+  }
   return h;
 }
 }  // namespace detail
@@ -124,9 +138,13 @@ ModelWeights<Config> load_gguf(std::shared_ptr<const formats::GgufFile> file, We
   // held against the template.
   shape.max_seq = Config::MaxSeq;
   check_shape<Config>(shape, f.path());
-  if (const auto rope_dims = f.integer("llama.rope.dimension_count"); rope_dims && *rope_dims != Config::HeadDim)
-    f.fail("llama.rope.dimension_count is " + std::to_string(*rope_dims) + ", the head dimension " +
-           std::to_string(Config::HeadDim) + ": partial rotary embeddings are not supported");
+  HyperParams hparams = detail::gguf_hparams(f);
+  if (const auto rope_dims = f.integer("llama.rope.dimension_count"); rope_dims && *rope_dims != Config::HeadDim) {
+    if (*rope_dims <= 0 || *rope_dims > Config::HeadDim || *rope_dims % 2 != 0)
+      f.fail("llama.rope.dimension_count is " + std::to_string(*rope_dims) + ", not an even count of at most the head's " +
+             std::to_string(Config::HeadDim) + " dimensions");
+    hparams.rope_dims = static_cast<int>(*rope_dims);
+  }
 
   auto storage = std::make_shared<GgufModelStorage>();
   storage->file = file;
@@ -150,8 +168,18 @@ ModelWeights<Config> load_gguf(std::shared_ptr<const formats::GgufFile> file, We
   }
   w.final_norm = tensors.vector("output_norm.weight", D);
   w.classifier = f.tensor("output.weight") ? tensors.matrix("output.weight", V, D) : w.token_embedding;
+  if (f.tensor("rope_freqs.weight")) {  // one factor per rotated pair of a head
+    const std::int64_t pairs = (hparams.rope_dims > 0 ? hparams.rope_dims : Config::HeadDim) / 2;
+    const float* factors = tensors.vector("rope_freqs.weight", pairs);
+    for (std::int64_t i = 0; i < pairs; ++i) {
+      if (!(factors[i] > 0 && std::isfinite(factors[i])))
+        f.fail("rope_freqs.weight[" + std::to_string(i) + "] is " + (std::ostringstream() << factors[i]).str() +
+               ", not a positive frequency factor");
+      hparams.rope_freq_factors.push_back(factors[i]);
+    }
+  }
   tensors.require_all_used();
-  w.hparams = detail::gguf_hparams(f);
+  w.hparams = std::move(hparams);
   w.owner = storage;
   return in_layout(std::move(w), layout);
 }

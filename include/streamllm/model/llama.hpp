@@ -274,7 +274,9 @@ class Llama {
 // the others compiles the forward pass, and every kernel under it, once.
 template <class Config>
 Llama<Config>::Llama(ModelWeights<Config> weights)
-    : w_(with_fingerprint(std::move(weights))), rope_(static_cast<int>(HD), w_.hparams.rope_theta) {
+    : w_(with_fingerprint(std::move(weights))),
+      rope_(static_cast<int>(HD), w_.hparams.rope_theta,
+            kernels::RopeScaling{w_.hparams.rope_freq_factors, w_.hparams.rope_position_scale, w_.hparams.rope_dims}) {
   for (const LayerWeights& l : w_.layers) hidden_ = std::max(hidden_, static_cast<std::size_t>(l.w_gate.rows));
 }
 

@@ -82,6 +82,11 @@ std::uint64_t weights_fingerprint(const ModelWeights<Config>& w) {
   Hash64 h;
   const ModelShape s = Config::shape();
   h.value(s).value(w.hparams.rope_theta).value(w.hparams.rms_eps);
+  // RoPE's scaling only where a file has one, so that older fingerprints hold.
+  if (!w.hparams.rope_freq_factors.empty())
+    h.update(w.hparams.rope_freq_factors.data(), w.hparams.rope_freq_factors.size() * sizeof(double));
+  if (w.hparams.rope_position_scale != 1.0) h.value(w.hparams.rope_position_scale);
+  if (w.hparams.rope_dims != 0) h.value(w.hparams.rope_dims);
   auto norm = [&](const float* p) { h.update(p, Config::Dim * sizeof(float)); };
   hash_tensor(h, w.token_embedding);
   for (const LayerWeights& l : w.layers) {

@@ -1,20 +1,23 @@
 // The streaming detokeniser: turns each new token id into the text it adds,
 // as soon as that text is valid UTF-8.
 //
-// It follows SentencePiece's decode exactly, so that the pieces it hands out
-// concatenate to decode(all ids):
+// It follows the tokenizer's decode exactly, so that the pieces it hands out
+// concatenate to decode(all ids). SentencePiece's:
 //  - control tokens (BOS, EOS) add nothing; the unknown token adds its surface;
 //  - U+2581 becomes a space, and the first piece of the text loses its
 //    leading one (add_dummy_prefix);
 //  - byte pieces <0xNN> are bytes; a UTF-8 sequence split over several of
 //    them is held back until complete. A byte that cannot start or continue a
 //    valid sequence becomes U+FFFD, as decode does.
+// A byte-level BPE tokenizer's pieces are all bytes: they go through the
+// same hold-back, and control tokens add nothing.
 #pragma once
 
 #include <cstddef>
 #include <string>
 #include <string_view>
 
+#include "streamllm/core/utf8.hpp"
 #include "streamllm/text/tokenizer.hpp"
 
 namespace streamllm {
@@ -30,6 +33,9 @@ class StreamingDetokenizer {
     out_.clear();
     if (tok_->kind(id) == Tokenizer::Kind::Byte) {
       pending_ += static_cast<char>(tok_->byte_value(id));
+      drain(false);
+    } else if (tok_->byte_level()) {  // BPE: every piece is bytes, and a character may span pieces
+      if (tok_->kind(id) != Tokenizer::Kind::Control) pending_ += tok_->surface(id);
       drain(false);
     } else {
       drain(true);  // a byte run ends here: what is left of it is invalid
@@ -60,8 +66,6 @@ class StreamingDetokenizer {
   }
 
  private:
-  static constexpr std::string_view kReplacement = "\xef\xbf\xbd";  // U+FFFD
-
   void append_piece(TokenId id) {
     bos_ws_seen_ = false;
     switch (tok_->kind(id)) {
@@ -78,53 +82,9 @@ class StreamingDetokenizer {
     }
   }
 
-  // Length of a UTF-8 sequence led by b, 0 when b cannot lead one.
-  static std::size_t sequence_length(unsigned char b) {
-    if (b < 0x80) return 1;
-    if ((b & 0xE0) == 0xC0) return 2;
-    if ((b & 0xF0) == 0xE0) return 3;
-    if ((b & 0xF8) == 0xF0) return 4;
-    return 0;
-  }
-  static bool is_trail(unsigned char b) { return (b & 0xC0) == 0x80; }
-
-  // SentencePiece's validity rule for a complete sequence (no overlongs, no
-  // surrogates, nothing past U+10FFFF).
-  static bool valid_sequence(const unsigned char* s, std::size_t len) {
-    std::uint32_t cp = 0;
-    switch (len) {
-      case 1: return true;
-      case 2: cp = (s[0] & 0x1Fu) << 6 | (s[1] & 0x3Fu); return cp >= 0x80;
-      case 3: cp = (s[0] & 0x0Fu) << 12 | (s[1] & 0x3Fu) << 6 | (s[2] & 0x3Fu); break;
-      case 4: cp = (s[0] & 0x07u) << 18 | (s[1] & 0x3Fu) << 12 | (s[2] & 0x3Fu) << 6 | (s[3] & 0x3Fu); break;
-      default: return false;
-    }
-    const bool codepoint = cp < 0xD800 || (cp >= 0xE000 && cp <= 0x10FFFF);
-    return codepoint && cp >= (len == 3 ? 0x800u : 0x10000u);
-  }
-
   // Emits every complete character at the front of pending_; with `final`,
   // an incomplete tail is invalid too.
-  void drain(bool final) {
-    std::size_t at = 0;
-    const auto* b = reinterpret_cast<const unsigned char*>(pending_.data());
-    while (at < pending_.size()) {
-      const std::size_t need = sequence_length(b[at]);
-      std::size_t have = 1;
-      while (have < need && at + have < pending_.size() && is_trail(b[at + have])) ++have;
-      const bool complete = need > 0 && have == need;
-      const bool broken = need == 0 || (have < need && at + have < pending_.size());  // a non-trail byte came
-      if (!complete && !broken && !final) break;                                      // wait for more bytes
-      if (complete && valid_sequence(b + at, need)) {
-        out_.append(pending_, at, need);
-        at += need;
-      } else {
-        out_ += kReplacement;
-        at += 1;
-      }
-    }
-    pending_.erase(0, at);
-  }
+  void drain(bool final) { pending_.erase(0, append_whole_utf8(out_, pending_, final)); }
 
   const Tokenizer* tok_;
   std::string out_, pending_;

@@ -2,6 +2,11 @@
 // layout of llama2.c and GGUF llama files: the pair (x[2i], x[2i+1]) of every
 // head is rotated by the angle pos * theta^(-2i / head_dim).
 //
+// As a file may say (RopeScaling): each frequency divided by its factor
+// (rope_freqs.weight: Llama 3.1/3.2's long-context "llama3" scaling, as
+// ggml applies it), every position scaled (linear scaling), and only the
+// first rotary_dims of a head rotated (the others pass unchanged).
+//
 // Angles are computed in double and only their cos/sin are rounded to float:
 // at position 10^6 a float angle would already be off by ~0.06 rad.
 #pragma once
@@ -15,14 +20,28 @@
 
 namespace streamllm::kernels {
 
+struct RopeScaling {
+  std::vector<double> freq_factors;  // empty, or one per rotated pair: its frequency is divided by it
+  double position_scale = 1.0;       // linear scaling: angles of position p * position_scale
+  int rotary_dims = 0;               // 0: the whole head
+};
+
 // Frequencies of one head, and the cos/sin tables the rotation kernels read.
 // A table is expanded per element (c0 c0 c1 c1 ..., -s0 s0 -s1 s1 ...) and
 // repeated to at least the widest family's vector (kMaxLanes), so that the
 // kernel is one FMA pair per vector whatever the head size.
 class Rope {
  public:
-  Rope(int head_dim, double theta) : head_dim_(head_dim), theta_(theta) {
-    for (int i = 0; i < head_dim / 2; ++i) inv_freq_.push_back(std::pow(theta, -2.0 * i / static_cast<double>(head_dim)));
+  Rope(int head_dim, double theta, const RopeScaling& scaling = {}) : head_dim_(head_dim), theta_(theta) {
+    const int rotary = scaling.rotary_dims > 0 ? scaling.rotary_dims : head_dim;
+    for (int i = 0; i < head_dim / 2; ++i) {
+      double f = 0;  // a pair past the rotary dimensions: angle 0, unchanged
+      if (2 * i < rotary) {
+        f = std::pow(theta, -2.0 * i / static_cast<double>(rotary)) * scaling.position_scale;
+        if (static_cast<std::size_t>(i) < scaling.freq_factors.size()) f /= scaling.freq_factors[static_cast<std::size_t>(i)];
+      }
+      inv_freq_.push_back(f);
+    }
     table_len_ = head_dim;
     if (head_dim < static_cast<int>(kMaxLanes) && kMaxLanes % static_cast<std::size_t>(head_dim) == 0)
       table_len_ = static_cast<int>(kMaxLanes);
