@@ -62,6 +62,23 @@ std::string detokenize_streaming(const Tokenizer& tok, const std::vector<TokenId
   return s;
 }
 
+// How many of llama.cpp's texts for `name` encode (no BOS, special tokens
+// parsed) to llama.cpp's ids; each must also decode back, whole and streamed.
+int cases_equal_to_llama_cpp(const Tokenizer& tok, const std::string& name) {
+  const auto cases = vocab_cases(name);
+  REQUIRE(cases.size() == 46);
+  int equal = 0;
+  for (const auto& c : cases) {
+    INFO(name << " text '" << c.text << "'");
+    const auto ids = tok.encode(c.text, false, true);
+    CHECK(ids == c.ids);
+    equal += ids == c.ids;
+    CHECK(tok.decode(ids) == c.text);
+    CHECK(detokenize_streaming(tok, ids) == c.text);
+  }
+  return equal;
+}
+
 }  // namespace
 
 TEST_CASE("GPT-2's BPE vocabulary encodes llama.cpp's 46 test texts to llama.cpp's ids and decodes them back",
@@ -70,18 +87,8 @@ TEST_CASE("GPT-2's BPE vocabulary encodes llama.cpp's 46 test texts to llama.cpp
   REQUIRE(tok.byte_level());
   REQUIRE(tok.vocab_size() == 50257);
   REQUIRE_FALSE(tok.adds_bos());
-  const auto cases = vocab_cases("gpt-2");
-  REQUIRE(cases.size() == 46);
-  int equal = 0;
-  for (const auto& c : cases) {
-    INFO("text '" << c.text << "'");
-    const auto ids = tok.encode(c.text, true, true);
-    CHECK(ids == c.ids);
-    equal += ids == c.ids;
-    CHECK(tok.decode(ids) == c.text);
-    CHECK(detokenize_streaming(tok, ids) == c.text);
-  }
-  REQUIRE(equal == 46);
+  REQUIRE(tok.encode("Hi", true) == tok.encode("Hi", false));  // no BOS, as the file says
+  REQUIRE(cases_equal_to_llama_cpp(tok, "gpt-2") == 46);
 }
 
 TEST_CASE("Llama 3's tokenizer.json, converted to GGUF, encodes llama.cpp's 46 test texts to llama.cpp's ids",
@@ -92,18 +99,7 @@ TEST_CASE("Llama 3's tokenizer.json, converted to GGUF, encodes llama.cpp's 46 t
   REQUIRE(tok.bos() == 128000);
   REQUIRE(tok.piece(tok.bos()) == "<|begin_of_text|>");
   REQUIRE(tok.adds_bos());
-  const auto cases = vocab_cases("llama-bpe");
-  REQUIRE(cases.size() == 46);
-  int equal = 0;
-  for (const auto& c : cases) {
-    INFO("text '" << c.text << "'");
-    const auto ids = tok.encode(c.text, false, true);
-    CHECK(ids == c.ids);
-    equal += ids == c.ids;
-    CHECK(tok.decode(ids) == c.text);
-    CHECK(detokenize_streaming(tok, ids) == c.text);
-  }
-  REQUIRE(equal == 46);
+  REQUIRE(cases_equal_to_llama_cpp(tok, "llama-bpe") == 46);
   // BOS as the file says, and the chat markers as single tokens.
   const auto turn = tok.encode("<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>", true, true);
   REQUIRE(turn == std::vector<TokenId>{128000, 128006, 882, 128007, 271, 13347, 128009});
