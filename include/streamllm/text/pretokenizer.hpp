@@ -45,11 +45,10 @@ class WordSplitter {
     chars_.clear();
     for (std::size_t at = 0; at < text.size();) {
       const Utf8Char c = utf8_char_at(text, at);
-      chars_.push_back(
-          {c.valid ? c.cp : 0xFFFD, static_cast<std::uint32_t>(at), c.valid ? unicode::classes_of(c.cp) : unicode::kOther});
+      chars_.push_back({c.valid ? c.cp : 0xFFFD, at, c.valid ? unicode::classes_of(c.cp) : unicode::kOther});
       at += c.length;
     }
-    chars_.push_back({0, static_cast<std::uint32_t>(text.size()), 0});  // the end, for byte offsets
+    chars_.push_back({0, text.size(), 0});  // the end, for byte offsets
     const std::size_t n = chars_.size() - 1;
     auto emit = [&](std::size_t b, std::size_t e) { words.push_back(text.substr(chars_[b].at, chars_[e].at - chars_[b].at)); };
     if (pre_ != PreTokenizer::SmolLM) {
@@ -80,7 +79,7 @@ class WordSplitter {
  private:
   struct Char {
     char32_t cp;
-    std::uint32_t at;  // byte offset in the text
+    std::size_t at;  // byte offset in the text
     std::uint8_t classes;
   };
 
