@@ -75,6 +75,19 @@ std::string write_random_wide(const std::string& name, unsigned seed) {
   return path;
 }
 
+// A writer holding a copy of f (its u32, string and f32 keys, which is all a
+// stories260K file has, and its tensors), for a test to edit and write.
+formats::GgufWriter writer_copying(const formats::GgufFile& f) {
+  formats::GgufWriter w;
+  for (const auto& [k, v] : f.metadata()) {
+    if (v.type == formats::GgufType::U32) w.set(k, static_cast<std::uint32_t>(v.uinteger));
+    if (v.type == formats::GgufType::String) w.set(k, std::string(v.string));
+    if (v.type == formats::GgufType::F32) w.set(k, static_cast<float>(v.real));
+  }
+  for (const auto& t : f.tensors()) w.add_tensor(t.name, t.type, t.dims, std::vector<std::byte>(t.data, t.data + t.bytes));
+  return w;
+}
+
 }  // namespace
 
 TEST_CASE("llama.cpp's stories260K GGUF files reproduce the dense goldens", "[gguf][golden]") {
@@ -101,14 +114,8 @@ TEST_CASE("a GGUF file's hyper-parameters are read, not assumed", "[gguf]") {
   REQUIRE(m.hparams().rms_eps == Approx(1e-5f));
   REQUIRE(m.hparams().rope_theta == 10000.0);
   // The same model with another epsilon and RoPE base gives other logits.
-  formats::GgufWriter w;
-  for (const auto& [k, v] : f.metadata()) {
-    if (v.type == formats::GgufType::U32) w.set(k, static_cast<std::uint32_t>(v.uinteger));
-    if (v.type == formats::GgufType::String) w.set(k, std::string(v.string));
-    if (v.type == formats::GgufType::F32) w.set(k, static_cast<float>(v.real));
-  }
+  formats::GgufWriter w = writer_copying(f);
   w.set("llama.rope.freq_base", 500.0f);
-  for (const auto& t : f.tensors()) w.add_tensor(t.name, t.type, t.dims, std::vector<std::byte>(t.data, t.data + t.bytes));
   const auto path = (scratch() / "theta500.gguf").string();
   w.write(path);
   auto m2 = load_llama<Stories>(path);
@@ -125,14 +132,8 @@ TEST_CASE("RoPE's scaling is read from a file and checked: factors, linear scali
   // stories260K with keys and tensors added (head dimension 8: 4 pairs).
   auto variant = [&](const std::string& name, const std::vector<std::pair<std::string, formats::GgufWriter::Value>>& keys,
                      std::vector<float> factors) {
-    formats::GgufWriter w;
-    for (const auto& [k, v] : f.metadata()) {
-      if (v.type == formats::GgufType::U32) w.set(k, static_cast<std::uint32_t>(v.uinteger));
-      if (v.type == formats::GgufType::String) w.set(k, std::string(v.string));
-      if (v.type == formats::GgufType::F32) w.set(k, static_cast<float>(v.real));
-    }
+    formats::GgufWriter w = writer_copying(f);
     for (const auto& [k, v] : keys) w.set(k, v);
-    for (const auto& t : f.tensors()) w.add_tensor(t.name, t.type, t.dims, std::vector<std::byte>(t.data, t.data + t.bytes));
     if (!factors.empty()) {
       std::vector<std::byte> bytes(factors.size() * sizeof(float));
       std::memcpy(bytes.data(), factors.data(), bytes.size());

@@ -13,6 +13,8 @@
 // every byte of the text lands in exactly one word.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -24,6 +26,25 @@
 #include "streamllm/text/unicode_classes.hpp"
 
 namespace streamllm {
+
+namespace unicode {
+// The classes of `cp` (kLetter, kNumber, kSpace, or kOther): ASCII by a
+// table, the rest by a binary search of the ranges.
+inline std::uint8_t classes_of(char32_t cp) {
+  static constexpr auto kAscii = [] {
+    std::array<std::uint8_t, 128> t{};
+    for (const ClassRange& r : kClassRanges)
+      for (char32_t c = r.first; c <= r.last && c < 128; ++c) t[c] = r.classes;
+    return t;
+  }();
+  if (cp < 128) return kAscii[cp];
+  const auto it =
+      std::upper_bound(kClassRanges.begin(), kClassRanges.end(), cp, [](char32_t c, const ClassRange& r) { return c < r.first; });
+  if (it == kClassRanges.begin()) return kOther;
+  const ClassRange& r = *(it - 1);
+  return cp <= r.last ? r.classes : kOther;
+}
+}  // namespace unicode
 
 enum class PreTokenizer : std::uint8_t { Gpt2, Llama3, SmolLM };
 
