@@ -191,6 +191,13 @@ inline const streamllm::Tokenizer& stories_tokenizer() {
 inline streamllm::Llama<Stories>& model() { return stories_model(); }
 inline const streamllm::Tokenizer& tok() { return stories_tokenizer(); }
 
+// The ids of a first user turn alone, as the model's chat template lays it
+// out: what a later turn prefills when the cache holds everything before it.
+inline std::size_t user_turn_tokens(const streamllm::Tokenizer& t, const std::string& user) {
+  const streamllm::ChatMessage turn[] = {{streamllm::ChatMessage::Role::User, user}};
+  return streamllm::encode_dialog(t, turn).size();
+}
+
 // Greedy decoding of n tokens; the goldens run all n, a chat answer stops at EOS.
 inline streamllm::GenerationOptions greedy(int n, bool stop_at_eos = false) {
   streamllm::GenerationOptions o;

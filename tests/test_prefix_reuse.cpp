@@ -39,7 +39,7 @@ struct ApiConversation {
     r.cache_shape = shape;
     r.options.max_new_tokens = max_tokens;
     r.options.continue_text = false;
-    r.close_with_eos = true;
+    r.answer_end = answer_end_ids(tok(), ChatTemplate::for_model(tok()));
     std::promise<GenerationResult> result;
     auto done = result.get_future();
     r.on_done = [&result](const GenerationResult& g) { result.set_value(g); };
@@ -264,7 +264,7 @@ TEST_CASE("an edited earlier message reuses the cache up to the edit and answers
   const auto prompt = encode_dialog(tok(), edited, &a.known);
   const std::size_t divergence =
       common_prefix(prompt, encode_dialog(tok(), std::vector<ChatMessage>(a.messages.begin(), a.messages.begin() + 3), &a.known));
-  REQUIRE(divergence > Llama2ChatTemplate::encode_user_turn(tok(), kTurns[0], "").size());
+  REQUIRE(divergence > test::user_turn_tokens(tok(), kTurns[0]));
   BatchScheduler<Stories>::Request r;
   r.prompt = prompt;
   r.cache_shape = dense;
@@ -347,7 +347,7 @@ TEST_CASE("kept caches go to a folder and a new scheduler continues from them", 
   auto next = messages;
   next.push_back({Role::User, kTurns[2]});
   const std::size_t history =
-      encode_dialog(tok(), next, &known).size() - Llama2ChatTemplate::encode_user_turn(tok(), kTurns[2], "").size();
+      encode_dialog(tok(), next, &known).size() - test::user_turn_tokens(tok(), kTurns[2]);
   const auto got = api.turn(kTurns[2], 16);
   REQUIRE(got.cached_tokens == history);
 }

@@ -264,7 +264,7 @@ TEST_CASE("a server restarted on the same --cache-dir continues a conversation a
     auto c = s.client();
     const auto j = chat_turn(c, messages, user);
     // Everything before this turn was cached: only its own tokens were prefilled.
-    const std::size_t own = Llama2ChatTemplate::encode_user_turn(tok(), user, "").size();
+    const std::size_t own = test::user_turn_tokens(tok(), user);
     REQUIRE(j["timings"]["prompt_n"] == own);
     REQUIRE(j["usage"]["prompt_tokens_details"]["cached_tokens"] == j["usage"]["prompt_tokens"].get<std::size_t>() - own);
   };

@@ -1,7 +1,8 @@
-// chat: a conversation with a Llama 2 model on the terminal, or line by line
+// chat: a conversation with a Llama-architecture model on the terminal, or line by line
 // from stdin when stdin is not a terminal (so scripts and tests can drive it).
 // Each answer streams as it is generated; each turn prefills only its own
-// tokens. Commands: /reset, /stats, /quit.
+// tokens. Turns are laid out with the model file's chat template
+// (--chat-template NAME overrides it). Commands: /reset, /stats, /quit.
 //
 // On a terminal the line is edited with libedit (arrows, history); ctrl-C
 // during an answer stops it and returns to the prompt with the conversation
@@ -28,6 +29,7 @@ struct Options {
   std::string model = examples::default_model();
   std::string tokenizer;
   std::string system;
+  std::string chat_template;  // a ChatTemplate name; "" : the model file's
   float temperature = 0.0f;
   float top_p = 0.9f;
   std::uint64_t seed = 0;
@@ -131,7 +133,9 @@ int run(const Options& o, streamllm::Llama<Config>& model) {
     const int window = o.window > 0 ? o.window : Config::MaxSeq - o.sinks;
     cache = std::make_unique<streamllm::DynamicSinkWindowKVCache<Config>>(o.sinks, window);
   }
-  streamllm::ChatSession<Config> chat(model, tok, std::move(cache), o.system);
+  const auto format = streamllm::ChatTemplate::for_model(tok, o.chat_template);
+  std::fprintf(stderr, "%s\n", format.note().c_str());
+  streamllm::ChatSession<Config> chat(model, tok, std::move(cache), o.system, format);
   chat.set_progress([](std::size_t d, std::size_t n) {
     if (n > 1024) progress("reading your turn", d, n);
   });
@@ -182,12 +186,14 @@ int run(const Options& o, streamllm::Llama<Config>& model) {
 
 int main(int argc, char** argv) {
   Options o;
-  CLI::App app{"Chat with a Llama 2 model; the answer streams as it is generated. Commands: /reset, /stats, /quit."};
+  CLI::App app{"Chat with a Llama-architecture model; the answer streams as it is generated. Commands: /reset, /stats, /quit."};
   app.add_option("-m,--model", o.model, "model file (llama2.c .bin or GGUF)")->capture_default_str();
   app.add_option(
       "-z,--tokenizer", o.tokenizer,
       "SentencePiece .model or GGUF (default: the GGUF model's own; for .bin, from the data folder by vocabulary size)");
   app.add_option("--system", o.system, "system prompt");
+  app.add_option("--chat-template", o.chat_template,
+                 "chat format instead of the model file's: " + streamllm::ChatTemplate::names_list());
   app.add_option("-t,--temperature", o.temperature, "0 = greedy")->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("-p,--top-p", o.top_p, "nucleus sampling mass")->capture_default_str()->check(CLI::Range(0.0f, 1.0f));
   app.add_option("-s,--seed", o.seed, "random seed")->capture_default_str();

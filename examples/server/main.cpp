@@ -38,6 +38,8 @@ int main(int argc, char** argv) {
   app.add_option("-z,--tokenizer", tokenizer,
                  "SentencePiece .model or GGUF (default: the GGUF model's own, or from the data folder)");
   app.add_option("--alias", o.model_name, "the model's name in the API (default: the file's name)");
+  app.add_option("--chat-template", o.chat_template,
+                 "chat format instead of the model file's: " + streamllm::ChatTemplate::names_list());
   app.add_option("--host", h.host, "address to listen on (loopback by default)")->capture_default_str();
   app.add_option("-p,--port", h.port, "port (0: any free port, printed at start)")->capture_default_str();
   app.add_option("--max-sequences", o.max_sequences, "sequences decoded together in one batch")
@@ -117,6 +119,7 @@ int main(int argc, char** argv) {
     return examples::with_model(argc, argv, model, info, [&](auto& llama) {
       const auto tok = streamllm::Tokenizer::load(tokenizer);
       streamllm::serve::ApiService service(llama, tok, o);
+      std::fprintf(stderr, "server: %s\n", service.chat_template().note().c_str());
       server::HttpServer<streamllm::serve::ApiService> http(service, h);
       const int port = http.bind();
       service.start();

@@ -84,8 +84,10 @@ struct SequenceRequest {
   GenerationOptions options;                             // sampling, max tokens, stops, logprobs, echo
   PieceCallback on_piece;                                // each piece of text; return false to stop
   std::function<void(const GenerationResult&)> on_done;  // once, when the sequence ends for any reason
-  // A chat answer: its cache is closed with EOS, as the next turn will read it.
-  bool close_with_eos = false;
+  // A chat answer: its cache is closed with these ids, as the chat template
+  // ends an answer and the next turn will read it ("</s>", "<|eot_id|>",
+  // "<|im_end|>\n"); they stand in for the end token the model gave.
+  std::vector<TokenId> answer_end;
   // Kept with the cache (a server's record of the answers it holds).
   std::function<std::string(const GenerationResult&)> note;
 };
@@ -543,14 +545,14 @@ class BatchScheduler {
   }
 
   // The generation has ended: what is still to go into the cache before it
-  // is kept (the last sampled token; EOS after a chat answer).
+  // is kept (the last sampled token; the template's end of a chat answer).
   void generation_over(Seq& s) {
     s.feed.clear();
     const auto& res = s.step->result();
     const bool keep = pool_.enabled() && s.known && !s.broken && s.cache && res.stop != StopReason::Error;
     if (keep && s.phase != Phase::Waiting && s.fed == s.req.prompt.size() && !res.tokens.empty()) {
-      s.feed.push_back(res.tokens.back());
-      if (s.req.close_with_eos && !tok_->ends_generation(res.tokens.back())) s.feed.push_back(tok_->eos());
+      if (s.req.answer_end.empty() || !tok_->ends_generation(res.tokens.back())) s.feed.push_back(res.tokens.back());
+      s.feed.insert(s.feed.end(), s.req.answer_end.begin(), s.req.answer_end.end());
     }
     s.known = keep;
     s.phase = s.feed.empty() ? Phase::Ended : Phase::Closing;

@@ -57,6 +57,7 @@ struct ServiceOptions {
   std::string cors_origin;          // "" : no CORS headers; "*" : any origin
   bool loopback_hosts_only = true;  // accept only loopback Host names (a loopback bind: DNS rebinding)
   int retry_after_s = 1;
+  std::string chat_template;  // a ChatTemplate name; "" : the model file's
   std::function<void(const std::string&)> warn;
 };
 
@@ -88,6 +89,7 @@ class ApiService {
   const ServiceOptions& options() const { return opt_; }
   const Engine& engine() const { return *engine_; }
   std::size_t known_answers() const { return known_.size(); }
+  const ChatTemplate& chat_template() const { return template_; }
 
   Handled handle(const HttpRequest& req) {
     Handled h;
@@ -136,7 +138,13 @@ class ApiService {
   }
 
   ApiService(const Tokenizer& tok, ServiceOptions opt, ModelShape shape)
-      : tok_(&tok), opt_(std::move(opt)), shape_(shape), created_(now_s()), seeds_(std::random_device{}()) {
+      : tok_(&tok),
+        opt_(std::move(opt)),
+        shape_(shape),
+        created_(now_s()),
+        seeds_(std::random_device{}()),
+        template_(ChatTemplate::for_model(tok, opt_.chat_template)),
+        answer_end_(answer_end_ids(tok, template_)) {
     if (tok.vocab_size() != shape_.vocab)
       throw InputError("server: the tokenizer has " + std::to_string(tok.vocab_size()) + " pieces, the model " +
                        std::to_string(shape_.vocab));
@@ -373,7 +381,7 @@ class ApiService {
     lim.max_n = static_cast<int>(std::clamp<std::size_t>(opt_.max_sequences + opt_.max_waiting, 1, 16));
     lim.max_prompt_bytes = opt_.window > 0 ? 0 : static_cast<std::size_t>(shape_.max_seq) * 64;
     auto job = std::make_shared<Job>();
-    job->req = openai::parse_request(body, ep, *tok_, lim, &known_);
+    job->req = openai::parse_request(body, ep, *tok_, template_, lim, &known_);
     job->env = {std::string(ep == openai::Endpoint::Chat ? "chatcmpl-" : "cmpl-") + std::to_string(++next_id_), opt_.model_name,
                 now_s(), ep, job->req.include_usage};
     job->metric = call.route.metric;
@@ -395,7 +403,7 @@ class ApiService {
         r.cache_shape = cache_shape(prompt.size(), job->req.options.max_new_tokens);
         r.options = job->req.options;
         r.options.sampling.seed = seed + c;
-        r.close_with_eos = ep == openai::Endpoint::Chat;
+        if (ep == openai::Endpoint::Chat) r.answer_end = answer_end_;
         r.on_piece = [this, job, c](const Piece& p) { return on_piece(*job, c, p); };
         r.on_done = [this, job, c](const GenerationResult& res) { on_done(*job, c, res); };
         if (ep == openai::Endpoint::Chat)
@@ -540,6 +548,8 @@ class ApiService {
   std::atomic<std::uint64_t> next_id_ = 0;
   std::mutex seed_mu_;
   std::mt19937_64 seeds_;
+  ChatTemplate template_;             // the chat endpoint's format
+  std::vector<TokenId> answer_end_;  // what it writes after an answer
   std::atomic<bool> draining_ = false;
   Metrics metrics_;
   KnownAnswers known_;  // before the engine: its pool's folder is read into it

@@ -298,8 +298,8 @@ inline std::vector<std::pair<TokenId, float>> logit_bias(const json& body, int v
 
 // Reads a request body. Chat answers the model gave come back as the ids it
 // gave them as when `known` has them.
-inline Request parse_request(const json& body, Endpoint ep, const Tokenizer& tok, const Limits& lim,
-                             const KnownAnswers* known = nullptr) {
+inline Request parse_request(const json& body, Endpoint ep, const Tokenizer& tok, const ChatTemplate& chat_template,
+                             const Limits& lim, const KnownAnswers* known = nullptr) {
   using namespace detail;
   if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
   refuse_unsupported(body, ep);
@@ -342,7 +342,7 @@ inline Request parse_request(const json& body, Endpoint ep, const Tokenizer& tok
     g.continue_text = false;  // the answer is a text of its own
     const auto msgs = messages(body, lim);
     try {
-      r.prompts = {encode_dialog(tok, msgs, known, &r.answers)};
+      r.prompts = {encode_dialog(tok, chat_template, msgs, known, &r.answers)};
     } catch (const ApiError&) {
       throw;
     } catch (const InputError& e) {

@@ -53,8 +53,10 @@ class Tokenizer {
   // "llama" (SentencePiece) or "gpt2" (byte-level BPE).
   static Tokenizer from_gguf(const formats::GgufFile& f) {
     const auto model = f.string("tokenizer.ggml.model");
-    if (model && *model == "gpt2") return from_bpe_gguf(f);
-    return from_serialized(formats::SentencePieceModel::from_gguf(f).serialize(), f.path());
+    Tokenizer t = model && *model == "gpt2" ? from_bpe_gguf(f)
+                                            : from_serialized(formats::SentencePieceModel::from_gguf(f).serialize(), f.path());
+    if (const auto tmpl = f.string("tokenizer.chat_template")) t.chat_template_ = std::string(*tmpl);
+    return t;
   }
 
   // A SentencePiece .model file, or a GGUF file (told by its magic).
@@ -75,6 +77,9 @@ class Tokenizer {
   bool ends_generation(TokenId id) const { return std::binary_search(end_of_generation_.begin(), end_of_generation_.end(), id); }
   const std::vector<TokenId>& end_of_generation_tokens() const { return end_of_generation_; }
   const std::string& source() const { return source_; }
+  // The file's chat template (Jinja source, tokenizer.chat_template); empty
+  // when the file has none (SentencePiece .model files never do).
+  const std::string& chat_template() const { return chat_template_; }
   // Byte-level BPE: every piece is bytes, and a character may span pieces.
   bool byte_level() const { return bpe_ != nullptr; }
   // Whether encode(text, true) starts with BOS: SentencePiece's always do; a
@@ -95,6 +100,26 @@ class Tokenizer {
         out.push_back(f.special);
       else
         encode_plain(text.substr(f.begin, f.end - f.begin), out);
+    }
+    return out;
+  }
+
+  // Text a chat template wrote (bos_token, markers, turns): special tokens
+  // parsed, no BOS added. SentencePiece puts a word's leading space into its
+  // first piece, and encodes every fragment with such a dummy space; so a
+  // fragment's own first space is that dummy space and is not encoded twice.
+  // This gives Meta's and Mistral's reference ids, which encode each turn
+  // alone: "<s> [INST] hi [/INST]" is <s> "▁[INST]▁hi▁[/INST]".
+  std::vector<TokenId> encode_template_text(std::string_view text) const {
+    std::vector<TokenId> out;
+    for (const Fragment& f : special_fragments(text, true)) {
+      if (f.special >= 0) {
+        out.push_back(f.special);
+        continue;
+      }
+      std::string_view plain = text.substr(f.begin, f.end - f.begin);
+      if (!bpe_ && !plain.empty() && plain.front() == ' ') plain.remove_prefix(1);
+      encode_plain(plain, out);
     }
     return out;
   }
@@ -317,6 +342,7 @@ class Tokenizer {
   std::shared_ptr<const BpeVocab> bpe_;
   TokenId bos_ = -1, eos_ = -1;
   bool add_bos_ = true;
+  std::string chat_template_;
   std::vector<Kind> kinds_;
   std::vector<std::string> pieces_;
   std::vector<std::string> surfaces_;
