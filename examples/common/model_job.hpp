@@ -30,7 +30,8 @@ inline int launched_ranks() {
 }
 
 // Calls f(model) with the file's model, a Llama of its preset or, in an MPI
-// job of 2 processes, of its shard; returns what f returns (0 on the ranks
+// job, of this process's shard (any process count that divides the KV heads
+// and that the examples compile a split for, preset_models.hpp); returns what f returns (0 on the ranks
 // that follow). Throws streamllm::Error for a shape no preset has, a job
 // that cannot split the model, and every load failure (on every rank).
 template <class F>
@@ -49,14 +50,10 @@ int with_model(int& argc, char**& argv, const std::string& path, const streamllm
 #if defined(STREAMLLM_EXAMPLES_MPI)
   static streamllm::parallel::MpiRuntime mpi(argc, argv);  // until exit: MPI_Finalize after every rank is done
   streamllm::parallel::check_ranks(mpi.size(), info.shape.kv_heads);
-  if (mpi.size() != kExampleRanks)
-    throw streamllm::Error("the example programs split a model over " + std::to_string(kExampleRanks) +
-                           " processes (mpirun -np " + std::to_string(kExampleRanks) + "), not " + std::to_string(mpi.size()) +
-                           "; a program of your own can use any number that divides the KV heads");
   return with_sharded_preset(
-      info.shape,
-      [&](auto config) {
-        streamllm::parallel::TensorParallelModel<decltype(config), kExampleRanks> tp(mpi, path);
+      info.shape, mpi.size(),
+      [&](auto config, auto ranks) {
+        streamllm::parallel::TensorParallelModel<decltype(config), decltype(ranks)::value> tp(mpi, path);
         step("running this rank's part of the model of " + path + " (its KV caches and scratch)");
         if (!tp.leads()) {
           tp.follow();

@@ -70,7 +70,7 @@ int run(const Options& o, streamllm::Llama<Config>& model) {
 
 int main(int argc, char** argv) {
   Options o;
-  CLI::App app{"Stream a continuation of a prompt from a Llama 2 checkpoint (llama2.c .bin)."};
+  CLI::App app{"Stream a continuation of a prompt from a Llama-architecture model (llama2.c .bin or GGUF)."};
   app.add_option("-m,--model", o.model, "model file (llama2.c .bin or GGUF)")->capture_default_str();
   app.add_option(
       "-z,--tokenizer", o.tokenizer,
