@@ -173,6 +173,27 @@ TEST_CASE("the server chats with a SmolLM2-shaped file in its own chatml format,
 #endif
 
 #if defined(STREAMLLM_MPIEXEC)
+// A two-turn chat, the dialog resent whole on its second turn: the split
+// server (`split`) answers as the one-process one, the second turn from its
+// kept cache (a copy or a cut on every rank).
+namespace {
+void same_chat_answers(httplib::Client& one, httplib::Client& split) {
+  json messages = json::array({{{"role", "user"}, {"content", "Tell me about a cat."}}});
+  for (int turn = 0; turn < 2; ++turn) {
+    const json req = chat_request(messages, 30);
+    const auto a = test::post_json(one, "/v1/chat/completions", req), b = test::post_json(split, "/v1/chat/completions", req);
+    REQUIRE(a);
+    REQUIRE(b);
+    REQUIRE(b->status == 200);
+    const auto ja = json::parse(a->body), jb = json::parse(b->body);
+    REQUIRE(jb["choices"][0]["message"]["content"] == ja["choices"][0]["message"]["content"]);
+    if (turn == 1) REQUIRE(jb["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>() > 0);
+    messages.push_back(ja["choices"][0]["message"]);
+    messages.push_back({{"role", "user"}, {"content", "And a dog?"}});
+  }
+}
+}  // namespace
+
 TEST_CASE("the server split over four processes (mpirun -np 4) answers as the one-process server", "[server][mpi]") {
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
@@ -185,19 +206,7 @@ TEST_CASE("the server split over four processes (mpirun -np 4) answers as the on
   REQUIRE(a);
   REQUIRE(b);
   REQUIRE(json::parse(b->body)["choices"][0]["text"] == json::parse(a->body)["choices"][0]["text"]);
-  json messages = json::array({{{"role", "user"}, {"content", "Tell me about a cat."}}});
-  for (int turn = 0; turn < 2; ++turn) {
-    const json req = chat_request(messages, 30);
-    const auto x = test::post_json(c1, "/v1/chat/completions", req), y = test::post_json(c4, "/v1/chat/completions", req);
-    REQUIRE(x);
-    REQUIRE(y);
-    REQUIRE(y->status == 200);
-    const auto jx = json::parse(x->body), jy = json::parse(y->body);
-    REQUIRE(jy["choices"][0]["message"]["content"] == jx["choices"][0]["message"]["content"]);
-    if (turn == 1) REQUIRE(jy["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>() > 0);
-    messages.push_back(jx["choices"][0]["message"]);
-    messages.push_back({{"role", "user"}, {"content", "And a dog?"}});
-  }
+  same_chat_answers(c1, c4);
 }
 
 TEST_CASE("the server split over two processes (mpirun -np 2) answers as the one-process server", "[server][mpi]") {
@@ -221,19 +230,7 @@ TEST_CASE("the server split over two processes (mpirun -np 2) answers as the one
     REQUIRE(eb.done);
     REQUIRE(eb.text == ea.text);
   }
-  json messages = json::array({{{"role", "user"}, {"content", "Tell me about a cat."}}});
-  for (int turn = 0; turn < 2; ++turn) {
-    const json req = chat_request(messages, 30);
-    const auto a = test::post_json(c1, "/v1/chat/completions", req), b = test::post_json(c2, "/v1/chat/completions", req);
-    REQUIRE(a);
-    REQUIRE(b);
-    REQUIRE(b->status == 200);
-    const auto ja = json::parse(a->body), jb = json::parse(b->body);
-    REQUIRE(jb["choices"][0]["message"]["content"] == ja["choices"][0]["message"]["content"]);
-    if (turn == 1) REQUIRE(jb["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>() > 0);
-    messages.push_back(ja["choices"][0]["message"]);
-    messages.push_back({{"role", "user"}, {"content", "And a dog?"}});
-  }
+  same_chat_answers(c1, c2);
   // SIGTERM to rank 0 stops the split server gracefully: it drains, then
   // stops the other rank, and mpirun exits 0 (a signal to mpirun itself
   // ends the job at once, as docs/tensor-parallel.md says).

@@ -39,7 +39,7 @@ int with_model(int& argc, char**& argv, const std::string& path, const streamllm
   const bool match_max_seq = info.format == streamllm::ModelFormat::Llama2c;
   step("loading the model " + path);
   if (launched_ranks() <= 1)
-    return streamllm::with_preset(
+    return with_example_preset(
         info.shape,
         [&](auto config) {
           auto model = streamllm::load_llama<decltype(config)>(path);

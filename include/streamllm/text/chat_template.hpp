@@ -121,18 +121,19 @@ class ChatTemplate {
     } else if (has("[SYSTEM_PROMPT]")) {
       t = named("mistral-v7");
     } else if (has("[INST]")) {
-      if (has("<<SYS>>")) {
-        t = named("llama2");
+      // llama2's variants differ in where BOS goes, stripping, and the space around an answer.
+      const auto llama2 = [&](std::string_view name) {
+        t = named(name);
         t.bos_each_turn_ = has("bos_token + '[INST]");
         t.strip_ = has(".strip()");
         t.spaced_answer_ = has("+ ' ' + eos_token");
+      };
+      if (has("<<SYS>>")) {
+        llama2("llama2");
       } else if (has("' [INST] '")) {
         t = named("mistral-v1");
       } else if (has("' [/INST]'")) {
-        t = named("llama2-nosys");
-        t.bos_each_turn_ = has("bos_token + '[INST]");
-        t.strip_ = has(".strip()");
-        t.spaced_answer_ = has("+ ' ' + eos_token");
+        llama2("llama2-nosys");
       } else {
         t = named(has("'[INST]'") || has("\"[INST]\"") ? "mistral-v3-tekken" : "mistral-v3");
       }
