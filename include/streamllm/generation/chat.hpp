@@ -189,9 +189,13 @@ class ChatSession {
     messages_.push_back({ChatMessage::Role::Assistant, turn.answer_text});
     answer_ids_.push_back(generated);
     std::vector<TokenId> target = encode_dialog(*tok_, template_, messages_, nullptr, nullptr, false, answer_ids_);
-    std::size_t keep = kept_prefix(target);
-    std::int64_t room = static_cast<std::int64_t>(target.size() - keep);
-    if (!cache_->has_room(room)) target.resize(keep + static_cast<std::size_t>(std::max<std::int64_t>(0, cache_->capacity() - cache_->size())));
+    const std::size_t keep = kept_prefix(target);
+    // Positions past `keep` are dropped first; a dense cache keeps what fits after them.
+    const auto dropped = static_cast<std::int64_t>(history_.size() - keep);
+    if (!cache_->has_room(static_cast<std::int64_t>(target.size() - keep) - dropped)) {
+      const std::int64_t fits = cache_->capacity() - (cache_->size() - dropped);
+      target.resize(keep + static_cast<std::size_t>(std::max<std::int64_t>(0, fits)));
+    }
     const std::size_t answer_from = history_.size() - in_cache;
     sync(target, keep);
     turn.answer.assign(history_.begin() + static_cast<std::ptrdiff_t>(std::min(answer_from, history_.size())), history_.end());
