@@ -63,23 +63,21 @@ class ChatSession {
     messages_.push_back({ChatMessage::Role::User, content});
     answer_ids_.emplace_back();
     std::vector<TokenId> target;
-    try {
+    std::size_t keep = 0;
+    try {  // a turn that cannot be read leaves the session as it was
       target = encode_dialog(*tok_, template_, messages_, nullptr, nullptr, true, answer_ids_);
+      keep = kept_prefix(target);
+      const auto fresh = static_cast<std::int64_t>(target.size() - keep);
+      // The prompt, one answer token and the end of the answer must fit.
+      if (!cache_->has_room(fresh + 2 - static_cast<std::int64_t>(history_.size() - keep)))
+        throw CacheFullError("chat: a turn of " + std::to_string(fresh) + " tokens does not fit the " + cache_->describe() +
+                             " (" + std::to_string(cache_->size()) +
+                             " positions used); /reset the session, or switch to a sink+window cache "
+                             "(--window in examples/chat, DynamicSinkWindowKVCache in code), which never runs out");
     } catch (...) {
       messages_.pop_back();
       answer_ids_.pop_back();
       throw;
-    }
-    const std::size_t keep = kept_prefix(target);
-    const std::int64_t fresh = static_cast<std::int64_t>(target.size() - keep);
-    // The prompt, one answer token and the end of the answer must fit.
-    if (!cache_->has_room(fresh + 2 - static_cast<std::int64_t>(history_.size() - keep))) {
-      messages_.pop_back();
-      answer_ids_.pop_back();
-      throw CacheFullError("chat: a turn of " + std::to_string(fresh) + " tokens does not fit the " + cache_->describe() + " (" +
-                           std::to_string(cache_->size()) +
-                           " positions used); /reset the session, or switch to a sink+window cache "
-                           "(--window in examples/chat, DynamicSinkWindowKVCache in code), which never runs out");
     }
     const std::vector<TokenId> prompt = sync(target, keep);
     const auto logits = last_logits_;
