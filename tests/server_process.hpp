@@ -7,6 +7,7 @@
 // breaks Eigen's headers when they come after it.
 #include "common.hpp"
 
+#include <algorithm>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
@@ -34,6 +35,10 @@ class ServerProcess {
   explicit ServerProcess(std::vector<std::string> args, const std::vector<std::string>& launcher = {},
                          std::vector<std::string> model = {}) {
     if (model.empty()) model = {"--model", model_path("stories260K.bin"), "--tokenizer", model_path("tok512.model")};
+    // f32 caches unless a test names its types: the tests compare the server's
+    // answers with the library's, whose default cache is f32 (the server's is q8_0).
+    if (std::find(args.begin(), args.end(), "--cache-type-k") == args.end())
+      args.insert(args.begin(), {"--cache-type-k", "f32", "--cache-type-v", "f32"});
     args.insert(args.begin(), {"--port", "0", "-j", "1"});
     args.insert(args.begin(), model.begin(), model.end());
     args.insert(args.begin(), STREAMLLM_SERVER_BINARY);

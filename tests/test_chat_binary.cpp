@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "cache_types.hpp"
 #include "common.hpp"
 #include "streamllm/generation/chat.hpp"
 
@@ -26,10 +27,11 @@ TEST_CASE("the chat binary streams the session's answers and reports its stats",
   got << std::ifstream(out).rdbuf();
   const std::string text = got.str();
 
-  // The same conversation through the library.
+  // The same conversation through the library, in the chat binary's default cache types.
   auto model = load_llama<Stories>(test::model_path("stories260K.bin"));
   const Tokenizer tok(test::model_path("tok512.model"));
-  ChatSession<Stories> chat(model, tok, std::make_unique<DynamicSinkWindowKVCache<Stories>>(4, 60), "You are a storyteller.");
+  ChatSession<Stories> chat(model, tok, std::make_unique<DynamicSinkWindowKVCache<Stories>>(4, 60, examples::kChatCacheTypes),
+                            "You are a storyteller.");
   GenerationOptions opt;
   opt.max_new_tokens = 40;
   chat.ask("Hello, who are you?", opt, nullptr);
@@ -40,7 +42,7 @@ TEST_CASE("the chat binary streams the session's answers and reports its stats",
   REQUIRE_FALSE(a1.empty());
 
   const std::string expected_start = "> Hello, who are you?\n" + a1 + "\n\n> /stats\n[stats] history: " + std::to_string(after1) +
-                                     " tokens in 1 turns\n[stats] cache: sink+window KV cache (4 sinks + 60 window), " +
+                                     " tokens in 1 turns\n[stats] cache: sink+window KV cache (4 sinks + 60 window, K q8_0, V q8_0), " +
                                      std::to_string(std::min<std::size_t>(after1, 64)) + " of 64 positions used";
   REQUIRE(text.rfind(expected_start, 0) == 0);
   REQUIRE_THAT(text, Catch::Contains("> Tell me a story about a cat.\n" + a2 +

@@ -22,7 +22,7 @@ class Terminal {
  public:
   explicit Terminal(std::vector<std::string> args) {
     args.insert(args.begin(), {STREAMLLM_CHAT_BINARY, "--model", test::model_path("stories260K.bin"), "--tokenizer",
-                               test::model_path("tok512.model")});
+                               test::model_path("tok512.model"), "--cache-type-k", "f32", "--cache-type-v", "f32"});
     pid_ = ::forkpty(&fd_, nullptr, nullptr, nullptr);
     REQUIRE(pid_ >= 0);
     if (pid_ == 0) {

@@ -274,15 +274,27 @@ std::vector<float> attend_reference(const float* q, const float* q_sink, const s
 // ramp: key p scaled by 1 + ramp p, so that later blocks' scores pass the
 // running maximum by far more than the kernel's margin (kMaxMargin), again
 // and again, into the hundreds.
+//
+// types: the keys and values are read from rows of those types (a KV
+// cache's, quant/kv_types.hpp); the reference reads what the scalar
+// kv_decode gives for them, its twin.
 template <int HD, int Heads = 4, int KVHeads = 2>
-void check_tiled_attention(float ramp = 0) {
+void check_tiled_attention(float ramp = 0, streamllm::KVTypes types = {}) {
   constexpr int G = Heads / KVHeads;
 
   constexpr std::size_t stride = KVHeads * HD, qld = Heads * HD;
   const std::int64_t n_keys = 100;
   auto K = random_vector(static_cast<std::size_t>(n_keys) * stride, 13, 2.0f);
   for (std::size_t i = 0; i < K.size(); ++i) K[i] *= 1.0f + ramp * static_cast<float>(i / stride);
-  const auto V = random_vector(static_cast<std::size_t>(n_keys) * stride, 14);
+  auto V = random_vector(static_cast<std::size_t>(n_keys) * stride, 14);
+  const std::size_t k_row = streamllm::kv_row_bytes(types.k, stride), v_row = streamllm::kv_row_bytes(types.v, stride);
+  std::vector<std::byte> K_rows(static_cast<std::size_t>(n_keys) * k_row), V_rows(static_cast<std::size_t>(n_keys) * v_row);
+  for (std::size_t p = 0; p < static_cast<std::size_t>(n_keys); ++p) {
+    streamllm::kv_encode_row(types.k, K.data() + p * stride, stride, K_rows.data() + p * k_row);
+    streamllm::kv_encode_row(types.v, V.data() + p * stride, stride, V_rows.data() + p * v_row);
+    streamllm::kv_decode(types.k, K_rows.data() + p * k_row, 0, stride, K.data() + p * stride);
+    streamllm::kv_decode(types.v, V_rows.data() + p * v_row, 0, stride, V.data() + p * stride);
+  }
   struct Rule {
     std::int64_t S, W;
   };
@@ -306,11 +318,12 @@ void check_tiled_attention(float ramp = 0) {
       for (int c = 0; c + 1 < 5; ++c) {
         const std::int64_t p0 = std::max(cuts[c], c > 0 ? rule.S : std::int64_t(0)), p1 = cuts[c + 1];
         if (c == 0 && rule.S > 0) {
-          b.segments[b.n_segments++] = {K.data(), V.data(), stride, rule.S, true, 0};
+          b.segments[b.n_segments++] = {K_rows.data(), V_rows.data(), k_row, v_row, types, rule.S, true, 0};
           continue;
         }
         if (p1 <= p0) continue;
-        b.segments[b.n_segments++] = {K.data() + p0 * stride, V.data() + p0 * stride, stride, p1 - p0, false, p0};
+        const auto at = static_cast<std::size_t>(p0);
+        b.segments[b.n_segments++] = {K_rows.data() + at * k_row, V_rows.data() + at * v_row, k_row, v_row, types, p1 - p0, false, p0};
       }
       k::attend<HD, Heads, KVHeads>(&b, 1);
       for (int r = 0; r < rows; ++r)
@@ -324,7 +337,7 @@ void check_tiled_attention(float ramp = 0) {
           const std::vector<float> got(out.begin() + static_cast<std::ptrdiff_t>(at),
                                        out.begin() + static_cast<std::ptrdiff_t>(at) + HD);
           INFO("head_dim " << HD << " rows " << rows << " row " << r << " head " << h << " sinks " << rule.S << " window "
-                           << rule.W << " ramp " << ramp);
+                           << rule.W << " ramp " << ramp << " types " << streamllm::kv_types_name(types));
           // Scores in float lose more as they grow: the tolerance grows with the keys.
           require_close(got, want, 1e-5f * (1.0f + ramp * static_cast<float>(n_keys)));
         }
@@ -332,6 +345,22 @@ void check_tiled_attention(float ramp = 0) {
   }
 }
 }  // namespace
+
+TEMPLATE_TEST_CASE("attention reads every KV cache type as its scalar twin does", "[kernels][attention][kv_types]",
+                   TEST_FAMILIES) {
+  if (!test::cpu_runs(TestType::isa)) return;
+  const k::ScopedIsa family(TestType::isa);
+  using streamllm::KVType;
+  for (const KVType kt : streamllm::kKVTypes)
+    for (const KVType vt : {KVType::F32, KVType::F16, KVType::BF16, KVType::Q8_0, KVType::Q4_0}) {
+      const streamllm::KVTypes types{kt, vt};
+      check_tiled_attention<16>(0, types);       // a row of one block of 32: two heads
+      check_tiled_attention<64>(0, types);        // heads of two blocks; two queries per key (head tiles)
+      check_tiled_attention<48, 2, 2>(0, types);  // the second head starts inside a block
+      check_tiled_attention<8, 8, 4>(0, types);   // stories260K's: four heads in a block, no vector per head
+      check_tiled_attention<128, 4, 4>(0.02f, types);  // Llama 2's heads, no grouping; scores far past the margin
+    }
+}
 
 TEMPLATE_TEST_CASE("tiled attention equals the textbook form, across key blocks, segments, rows, sinks and windows",
                    "[kernels][attention]", TEST_FAMILIES) {

@@ -19,6 +19,7 @@
 #include <optional>
 #include <string>
 
+#include "common/cache_types.hpp"
 #include "common/example_support.hpp"
 #include "common/model_job.hpp"
 #include "streamllm/streamllm.hpp"
@@ -38,6 +39,7 @@ struct Options {
   bool dense = false;
   int threads = 0;
   int max_tokens = 256;
+  examples::CacheTypeOptions cache_types;
 };
 
 // ctrl-C during an answer sets `interrupted`, which its callback reads; at
@@ -128,10 +130,10 @@ int run(const Options& o, streamllm::Llama<Config>& model) {
   const auto tok = streamllm::Tokenizer::load(o.tokenizer);
   std::unique_ptr<streamllm::KVCacheBase<Config>> cache;
   if (o.dense) {
-    cache = std::make_unique<streamllm::KVCache<Config>>();
+    cache = std::make_unique<streamllm::DynamicKVCache<Config>>(Config::MaxSeq, o.cache_types.types(Config::KVDim));
   } else {
     const int window = o.window > 0 ? o.window : Config::MaxSeq - o.sinks;
-    cache = std::make_unique<streamllm::DynamicSinkWindowKVCache<Config>>(o.sinks, window);
+    cache = std::make_unique<streamllm::DynamicSinkWindowKVCache<Config>>(o.sinks, window, o.cache_types.types(Config::KVDim));
   }
   const auto format = streamllm::ChatTemplate::for_model(tok, o.chat_template);
   std::fprintf(stderr, "%s\n", format.note().c_str());
@@ -202,6 +204,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--dense", o.dense, "a dense cache of the model's context instead (fills up)");
+  examples::add_cache_type_options(app, o.cache_types, examples::kChatCacheTypes);
   app.add_option("-j,--threads", o.threads, "OpenMP threads, 0 = all cores")->capture_default_str();
   app.add_option("-n,--max-tokens", o.max_tokens, "tokens per answer at most")->capture_default_str()->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "common/cache_types.hpp"
 #include "common/example_support.hpp"
 #include "common/model_job.hpp"
 #include "streamllm/streamllm.hpp"
@@ -26,6 +27,7 @@ struct Options {
   int sinks = 4;
   int window = 0;  // > 0: a sink+window cache, generation without end in fixed memory
   bool ignore_eos = false;
+  examples::CacheTypeOptions cache_types;
 };
 
 template <class Config>
@@ -33,9 +35,9 @@ int run(const Options& o, streamllm::Llama<Config>& model) {
   const auto tok = streamllm::Tokenizer::load(o.tokenizer);
   std::unique_ptr<streamllm::KVCacheBase<Config>> cache;
   if (o.window > 0)
-    cache = std::make_unique<streamllm::DynamicSinkWindowKVCache<Config>>(o.sinks, o.window);
+    cache = std::make_unique<streamllm::DynamicSinkWindowKVCache<Config>>(o.sinks, o.window, o.cache_types.types(Config::KVDim));
   else
-    cache = std::make_unique<streamllm::KVCache<Config>>();
+    cache = std::make_unique<streamllm::DynamicKVCache<Config>>(Config::MaxSeq, o.cache_types.types(Config::KVDim));
 
   streamllm::GenerationOptions opt;
   opt.max_new_tokens = o.tokens;
@@ -93,6 +95,7 @@ int main(int argc, char** argv) {
   app.add_option("--window", o.window, "window of a sink+window cache (StreamingLLM: fixed memory, no end); 0: dense")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  examples::add_cache_type_options(app, o.cache_types, {});
   app.add_flag("--ignore-eos", o.ignore_eos, "go on past the end-of-sequence token");
   CLI11_PARSE(app, argc, argv);
   if (o.tokens < 0 && o.window == 0) {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cache_types.hpp"
 #include "common/example_support.hpp"
 #include "common/model_job.hpp"
 #include "streamllm/streamllm.hpp"
@@ -29,6 +30,7 @@ struct Options {
   int cache = 256;  // positions of the window-only and sink+window caches
   int sinks = 4;
   int dense_tokens = 2048;  // the dense cache grows with the stream; stop it here
+  examples::CacheTypeOptions cache_types;
   int block = 1024;
   long max_tokens = 0;  // 0: the whole text
   int chunk = 256;
@@ -109,25 +111,27 @@ int run(const Options& o, streamllm::Llama<Config>& model) {
   const std::vector<streamllm::TokenId> ids = tok.encode(read_text(o.text), true);
   const std::size_t total =
       o.max_tokens > 0 ? std::min<std::size_t>(static_cast<std::size_t>(o.max_tokens), ids.size() - 1) : ids.size() - 1;
-  std::fprintf(stderr, "%s: %zu tokens (scoring %zu), blocks of %d\n", o.text.c_str(), ids.size(), total, o.block);
+  const streamllm::KVTypes types = o.cache_types.types(Config::KVDim);
+  std::fprintf(stderr, "%s: %zu tokens (scoring %zu), blocks of %d, KV cache %s\n", o.text.c_str(), ids.size(), total, o.block,
+               streamllm::kv_types_name(types).c_str());
 
   std::vector<ModeResult> results;
   {
-    streamllm::KVCache<Config> dense(std::min<long>(static_cast<long>(total), o.dense_tokens));
+    streamllm::DynamicKVCache<Config> dense(std::min<long>(static_cast<long>(total), o.dense_tokens), types);
     results.push_back(
         score(model, dense, "dense", ids, std::min<std::size_t>(total, static_cast<std::size_t>(o.dense_tokens)), o));
   }
   {
-    streamllm::DynamicSinkWindowKVCache<Config> window(0, o.cache);
+    streamllm::DynamicSinkWindowKVCache<Config> window(0, o.cache, types);
     results.push_back(score(model, window, "window", ids, total, o));
   }
   {
-    streamllm::DynamicSinkWindowKVCache<Config> sink(o.sinks, o.cache - o.sinks);
+    streamllm::DynamicSinkWindowKVCache<Config> sink(o.sinks, o.cache - o.sinks, types);
     results.push_back(score(model, sink, "sink+window", ids, total, o));
   }
 
-  std::printf("perplexity per block of %d tokens (dense up to %d tokens; window: 0+%d; sink+window: %d+%d)\n", o.block,
-              o.dense_tokens, o.cache, o.sinks, o.cache - o.sinks);
+  std::printf("perplexity per block of %d tokens (dense up to %d tokens; window: 0+%d; sink+window: %d+%d; KV cache %s)\n",
+              o.block, o.dense_tokens, o.cache, o.sinks, o.cache - o.sinks, streamllm::kv_types_name(types).c_str());
   std::printf("%8s %10s %12s %12s %12s\n", "block", "tokens", "dense", "window", "sink+window");
   std::size_t blocks = 0;
   for (const auto& r : results) blocks = std::max(blocks, r.block_nll.size());
@@ -186,6 +190,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--block", o.block, "tokens per reported block")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--max-tokens", o.max_tokens, "score at most this many tokens (0: all)")->capture_default_str();
+  examples::add_cache_type_options(app, o.cache_types, {});
   app.add_option("--chunk", o.chunk, "tokens per batched pass")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("-j,--threads", o.threads, "OpenMP threads, 0 = all cores")->capture_default_str();
   CLI11_PARSE(app, argc, argv);

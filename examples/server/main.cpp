@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "common/cache_types.hpp"
 #include "common/example_support.hpp"
 #include "common/model_job.hpp"
 #include "http_server.hpp"
@@ -59,6 +60,8 @@ int main(int argc, char** argv) {
   app.add_option("--window", o.window, "window of each conversation's sink+window cache (0: a dense cache)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  examples::CacheTypeOptions cache_types;
+  examples::add_cache_type_options(app, cache_types, examples::kChatCacheTypes);
   app.add_option("--max-tokens", o.default_max_tokens, "max_tokens of a request that gives none")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -102,6 +105,10 @@ int main(int argc, char** argv) {
     if (tokenizer.empty()) tokenizer = examples::default_tokenizer(model, info);
     if (o.model_name == "streamllm") o.model_name = std::filesystem::path(model).filename().string();
     o.cache_bytes = static_cast<std::size_t>(cache_mib * (1 << 20));
+    // A rank holds its slice of the KV heads (the width its caches' rows have).
+    const auto kv_width = info.shape.kv_heads * (info.shape.dim / std::max<std::int64_t>(info.shape.heads, 1)) /
+                          std::max(examples::launched_ranks(), 1);
+    o.cache_types = cache_types.types(static_cast<std::size_t>(kv_width));
     o.cache_dir_bytes = static_cast<std::uintmax_t>(cache_dir_mib * (1 << 20));
     o.loopback_hosts_only = loopback(h.host);
     o.warn = [](const std::string& w) { std::fprintf(stderr, "server: warning: %s\n", w.c_str()); };
@@ -123,8 +130,9 @@ int main(int argc, char** argv) {
       server::HttpServer<streamllm::serve::ApiService> http(service, h);
       const int port = http.bind();
       service.start();
-      std::printf("listening on http://%s:%d (%s, %zu sequences per batch, %s caches, %.0f MiB kept for reuse)\n", h.host.c_str(),
-                  port, o.model_name.c_str(), o.max_sequences, o.window > 0 ? "sink+window" : "dense", cache_mib);
+      std::printf("listening on http://%s:%d (%s, %zu sequences per batch, %s caches of %s, %.0f MiB kept for reuse)\n",
+                  h.host.c_str(), port, o.model_name.c_str(), o.max_sequences, o.window > 0 ? "sink+window" : "dense",
+                  streamllm::kv_types_name(o.cache_types).c_str(), cache_mib);
       std::fflush(stdout);
       std::thread shutdown([&] {
         int sig = 0;

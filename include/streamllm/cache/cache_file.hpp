@@ -4,15 +4,17 @@
 // kind and sizes, and ends with a checksum of every byte before it; loading
 // refuses, with a FileError naming the difference, anything that would not
 // give the same logits: another model, shape, version, kind, a truncated or
-// corrupt file.
+// corrupt file. Its keys and values are in the cache's types, which the file
+// records; a caller that stores another type is told so (load_cache).
 //
 // Layout (little-endian, as this library runs):
 //   "SLLMKV\0\0"  u32 version  u32 kind (0 dense, 1 sink+window)
+//   u32 key type  u32 value type (KVType: 0 f32, 1 f16, 2 bf16, 3 q8_0, 4 q4_0)
 //   u64 model fingerprint      i64 shape[7]
 //   i64 sinks  i64 window  i64 capacity  i64 tokens
 //   u64 note bytes, the note (the caller's, e.g. a server's answers)
 //   i32 ids[tokens]
-//   f32 state(tokens)          (KVCacheBase::state: per layer, K and V)
+//   state(tokens)              (KVCacheBase::state: per layer, K and V rows in their types)
 //   u64 checksum (Hash64 of everything before)
 #pragma once
 
@@ -23,6 +25,7 @@
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -36,7 +39,7 @@
 
 namespace streamllm {
 
-inline constexpr std::uint32_t kCacheFileVersion = 1;
+inline constexpr std::uint32_t kCacheFileVersion = 2;  // 2: the types
 inline constexpr char kCacheFileMagic[8] = {'S', 'L', 'L', 'M', 'K', 'V', 0, 0};
 
 // What a cache file holds, read without its keys and values.
@@ -44,6 +47,7 @@ struct CacheFileInfo {
   std::string path;
   bool sink_window = false;
   std::int64_t sinks = 0, window = 0, capacity = 0;
+  KVTypes types;
   std::vector<TokenId> ids;  // the tokens the cache holds, in order
   std::string note;
   std::uint64_t file_bytes = 0;
@@ -61,12 +65,13 @@ namespace cache_file_detail {
 struct Header {
   char magic[8];
   std::uint32_t version, kind;
+  std::uint32_t key_type, value_type;
   std::uint64_t fingerprint;
   std::int64_t shape[7];
   std::int64_t sinks, window, capacity, tokens;
   std::uint64_t note_bytes;
 };
-static_assert(sizeof(Header) == 8 + 4 + 4 + 8 + 7 * 8 + 4 * 8 + 8);
+static_assert(sizeof(Header) == 8 + 4 + 4 + 4 + 4 + 8 + 7 * 8 + 4 * 8 + 8);
 
 inline std::string hex(std::uint64_t v) {
   char buf[19];
@@ -95,6 +100,10 @@ CacheFileInfo read_head(std::ifstream& in, const std::string& path, std::uint64_
   const ModelShape s{h.shape[0], h.shape[1], h.shape[2], h.shape[3], h.shape[4], h.shape[5], h.shape[6]};
   if (!(s == Config::shape())) throw fail("for the shape " + s.to_string() + ", this model is " + Config::shape().to_string());
   if (h.kind > 1) throw fail("unknown cache kind " + std::to_string(h.kind));
+  const auto last_type = static_cast<std::uint32_t>(KVType::Q4_0);
+  if (h.key_type > last_type || h.value_type > last_type)
+    throw fail("unknown key or value type " + std::to_string(h.key_type) + ", " + std::to_string(h.value_type));
+  info.types = {static_cast<KVType>(h.key_type), static_cast<KVType>(h.value_type)};
   info.sink_window = h.kind == 1;
   info.sinks = h.sinks;
   info.window = h.window;
@@ -134,6 +143,8 @@ void save_cache(const std::string& path, const KVCacheBase<Config>& cache, std::
   std::memcpy(h.magic, kCacheFileMagic, sizeof h.magic);
   h.version = kCacheFileVersion;
   h.kind = cache.kind() == KVCacheBase<Config>::Kind::SinkWindow ? 1 : 0;
+  h.key_type = static_cast<std::uint32_t>(cache.types().k);
+  h.value_type = static_cast<std::uint32_t>(cache.types().v);
   h.fingerprint = fingerprint;
   const ModelShape s = Config::shape();
   const std::int64_t shape[7] = {s.dim, s.hidden_dim, s.layers, s.heads, s.kv_heads, s.vocab, s.max_seq};
@@ -156,7 +167,7 @@ void save_cache(const std::string& path, const KVCacheBase<Config>& cache, std::
     put(&h, sizeof h);
     put(note.data(), note.size());
     put(ids.data(), ids.size_bytes());
-    for (const auto& block : cache.state(cache.size())) put(block.data(), block.size_bytes());
+    for (const auto& block : cache.state(cache.size())) put(block.data(), block.size());
     const std::uint64_t digest = sum.digest();
     out.write(reinterpret_cast<const char*>(&digest), sizeof digest);
     out.flush();
@@ -182,30 +193,40 @@ CacheFileInfo peek_cache(const std::string& path, std::uint64_t fingerprint) {
 
 // Loads a cache file written by save_cache for this model. A dense cache
 // gets room for at least `capacity` positions (its stored capacity if more).
+// A caller that stores keys and values in `types` gets a FileError for a
+// file of other types; without them the cache has the file's.
 template <class Config>
-LoadedCache<Config> load_cache(const std::string& path, std::uint64_t fingerprint, std::int64_t capacity = 0) {
+LoadedCache<Config> load_cache(const std::string& path, std::uint64_t fingerprint, std::int64_t capacity = 0,
+                               std::optional<KVTypes> types = std::nullopt) {
   const auto fail = [&](const std::string& what) { return FileError(path, "KV cache file: " + what); };
   std::ifstream in(path, std::ios::binary);
   if (!in) throw fail("cannot open");
   cache_file_detail::Header h{};
   CacheFileInfo info = cache_file_detail::read_head<Config>(in, path, fingerprint, h);
+  if (types && *types != info.types)
+    throw fail("holds " + kv_types_name(info.types) + "; this run stores " + kv_types_name(*types) +
+               " (--cache-type-k/-v): a cache is read only in the types it was written in");
   LoadedCache<Config> out;
-  if (info.sink_window)
-    out.cache = std::make_unique<DynamicSinkWindowKVCache<Config>>(info.sinks, info.window);
-  else
-    out.cache = std::make_unique<KVCache<Config>>(std::max({capacity, info.capacity, h.tokens}));
+  try {
+    if (info.sink_window)
+      out.cache = std::make_unique<DynamicSinkWindowKVCache<Config>>(info.sinks, info.window, info.types);
+    else
+      out.cache = std::make_unique<DynamicKVCache<Config>>(std::max({capacity, info.capacity, h.tokens}), info.types);
+  } catch (const InputError& e) {
+    throw fail(e.what());
+  }
   const auto blocks = out.cache->state(h.tokens);
-  std::uint64_t floats = 0;
-  for (const auto& b : blocks) floats += b.size();
-  const std::uint64_t want = sizeof h + h.note_bytes + info.ids.size() * sizeof(TokenId) + floats * sizeof(float) + 8;
+  std::uint64_t state_bytes = 0;
+  for (const auto& b : blocks) state_bytes += b.size();
+  const std::uint64_t want = sizeof h + h.note_bytes + info.ids.size() * sizeof(TokenId) + state_bytes + 8;
   if (info.file_bytes != want)
     throw fail(std::string(info.file_bytes < want ? "truncated" : "too long") + ": " + std::to_string(info.file_bytes) +
                " bytes, its header says " + std::to_string(want));
   Hash64 sum;
   sum.update(&h, sizeof h).update(info.note).update(info.ids.data(), info.ids.size() * sizeof(TokenId));
   for (const auto& b : blocks) {
-    if (!in.read(reinterpret_cast<char*>(b.data()), static_cast<std::streamsize>(b.size_bytes()))) throw fail("truncated");
-    sum.update(b.data(), b.size_bytes());
+    if (!in.read(reinterpret_cast<char*>(b.data()), static_cast<std::streamsize>(b.size()))) throw fail("truncated");
+    sum.update(b.data(), b.size());
   }
   std::uint64_t digest = 0;
   if (!in.read(reinterpret_cast<char*>(&digest), sizeof digest)) throw fail("truncated before its checksum");

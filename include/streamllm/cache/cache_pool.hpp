@@ -21,6 +21,7 @@
 #include <functional>
 #include <list>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -37,19 +38,25 @@ struct CacheShape {
   std::int64_t sinks = 0;
   std::int64_t window = 0;    // 0: dense
   std::int64_t capacity = 0;  // dense: positions (0: the model's MaxSeq)
+  KVTypes types;              // what its keys and values are stored in
+
+  CacheShape() = default;
+  CacheShape(std::int64_t sinks_, std::int64_t window_, std::int64_t capacity_ = 0, KVTypes types_ = {})
+      : sinks(sinks_), window(window_), capacity(capacity_), types(types_) {}
 
   bool dense() const { return window == 0; }
   template <class Config>
   std::unique_ptr<KVCacheBase<Config>> make() const {
-    if (dense()) return std::make_unique<KVCache<Config>>(capacity > 0 ? capacity : Config::MaxSeq);
-    return std::make_unique<DynamicSinkWindowKVCache<Config>>(sinks, window);
+    if (dense()) return std::make_unique<DynamicKVCache<Config>>(capacity > 0 ? capacity : Config::MaxSeq, types);
+    return std::make_unique<DynamicSinkWindowKVCache<Config>>(sinks, window, types);
   }
   template <class Config>
   bool matches(const KVCacheBase<Config>& c) const {
-    return dense() ? c.kind() == KVCacheBase<Config>::Kind::Dense : c.sinks() == sinks && c.window() == window;
+    return c.types() == types &&
+           (dense() ? c.kind() == KVCacheBase<Config>::Kind::Dense : c.sinks() == sinks && c.window() == window);
   }
   bool matches(const CacheFileInfo& f) const {
-    return dense() ? !f.sink_window : f.sink_window && f.sinks == sinks && f.window == window;
+    return f.types == types && (dense() ? !f.sink_window : f.sink_window && f.sinks == sinks && f.window == window);
   }
 };
 
@@ -65,6 +72,7 @@ struct CachePoolOptions {
   std::string dir;            // where evicted caches go ("" : nowhere)
   std::uintmax_t max_dir_bytes = std::uintmax_t(4) << 30;
   std::uint64_t fingerprint = 0;                              // the model's (Llama::fingerprint)
+  std::optional<KVTypes> types;                               // the types it keeps: files of others are ignored
   std::function<void(const std::string&)> warn;               // files ignored, writes that failed
   std::function<void(const std::string& note)> on_disk_note;  // each usable file's note, at start
 };
@@ -135,7 +143,7 @@ class CachePool {
     }
     for (auto it = disk_.begin(); it != disk_.end();) {
       const bool covered =
-          it->ids.size() <= ids.size() && CacheShape{it->sinks, it->sink_window ? it->window : 0}.matches(*cache) &&
+          it->ids.size() <= ids.size() && CacheShape{it->sinks, it->sink_window ? it->window : 0, 0, it->types}.matches(*cache) &&
           common_prefix(it->ids, ids) == it->ids.size() && cache->can_truncate(static_cast<std::int64_t>(it->ids.size()));
       it = covered ? remove_file(it) : std::next(it);
     }
@@ -218,7 +226,9 @@ class CachePool {
 
   void write(const Entry& e) {
     Hash64 h;
+    const KVTypes types = e.cache->types();
     h.update(e.ids.data(), e.ids.size() * sizeof(TokenId)).value(e.cache->sinks()).value(e.cache->window());
+    h.value(static_cast<std::uint64_t>(types.k) << 8 | static_cast<std::uint64_t>(types.v));
     const std::string path = (std::filesystem::path(opt_.dir) / (cache_file_detail::hex(h.digest()) + ".slkv")).string();
     try {
       save_cache(path, *e.cache, e.ids, opt_.fingerprint, e.note);
@@ -229,6 +239,7 @@ class CachePool {
       info.sinks = e.cache->sinks();
       info.window = info.sink_window ? e.cache->window() : 0;
       info.capacity = e.cache->capacity();
+      info.types = types;
       info.ids = e.ids;
       info.file_bytes = std::filesystem::file_size(path);
       disk_bytes_ += info.file_bytes;
@@ -242,7 +253,7 @@ class CachePool {
   // Loads a file back into memory (and removes it: memory has it now).
   MemIt load(DiskIt f, const CacheShape& shape) {
     try {
-      LoadedCache<Config> c = load_cache<Config>(f->path, opt_.fingerprint, shape.capacity);
+      LoadedCache<Config> c = load_cache<Config>(f->path, opt_.fingerprint, shape.capacity, shape.types);
       if (c.ids != f->ids) throw FileError(f->path, "KV cache file: changed since it was indexed");
       remove_file(f);
       insert(std::move(c.cache), std::move(c.ids), std::move(c.note));
@@ -271,6 +282,9 @@ class CachePool {
     for (const auto& e : files) {
       try {
         CacheFileInfo info = peek_cache<Config>(e.path().string(), opt_.fingerprint);
+        if (opt_.types && info.types != *opt_.types)
+          throw FileError(info.path, "KV cache file: holds " + kv_types_name(info.types) + ", this server stores " +
+                                         kv_types_name(*opt_.types) + " (--cache-type-k/-v)");
         if (opt_.on_disk_note && !info.note.empty()) opt_.on_disk_note(info.note);
         disk_bytes_ += info.file_bytes;
         disk_.push_back(std::move(info));

@@ -2,6 +2,10 @@
 // segments of cached keys and values that a query at text position t sees,
 // and hands it the new tokens' keys and values after each layer. The model
 // never owns a cache: one model serves any number of them.
+//
+// Keys and values are stored in the cache's types (quant/kv_types.hpp: f32,
+// the default the goldens check, f16, bf16, q8_0, q4_0; keys and values
+// apart): a cache's bytes, its files and every copy of it are in those types.
 #pragma once
 
 #include <algorithm>
@@ -38,9 +42,9 @@ class KVCacheBase {
     virtual void dropped(std::uint64_t id) noexcept = 0;
   };
 
-  KVCacheBase() = default;
+  explicit KVCacheBase(KVTypes types = {}) : types_(types) {}
   // A copy is a cache of its own, which no other process mirrors yet.
-  KVCacheBase(const KVCacheBase& other) : size_(other.size_) {}
+  KVCacheBase(const KVCacheBase& other) : size_(other.size_), types_(other.types_) {}
   KVCacheBase& operator=(const KVCacheBase& other) {
     if (this != &other) {
       unmirror();
@@ -58,6 +62,9 @@ class KVCacheBase {
     mirror_id_ = id;
   }
   std::uint64_t mirror_id() const { return mirror_ ? mirror_id_ : 0; }
+
+  // The types its keys and values are stored in.
+  KVTypes types() const { return types_; }
 
   // Tokens consumed so far: also the text position of the next token.
   std::int64_t size() const { return size_; }
@@ -81,7 +88,8 @@ class KVCacheBase {
   virtual int segments(int layer, std::int64_t t, KVSegment* out) const = 0;
 
   // Stores keys and values of the n tokens at text positions pos..pos+n-1
-  // (row i at k + i * ld). Called once per layer, after that layer's attention.
+  // (row i at k + i * ld, floats: converted to the cache's types). Called
+  // once per layer, after that layer's attention.
   virtual void store(int layer, std::int64_t pos, std::int64_t n, const float* k, const float* v, std::size_t ld) = 0;
 
   // Marks n more tokens as consumed, after all layers stored them.
@@ -120,16 +128,17 @@ class KVCacheBase {
     auto out = empty_like(std::max(capacity, n));
     const auto from = state(n);
     const auto to = out->state(n);
-    for (std::size_t i = 0; i < from.size(); ++i) std::memcpy(to[i].data(), from[i].data(), from[i].size_bytes());
+    for (std::size_t i = 0; i < from.size(); ++i) std::memcpy(to[i].data(), from[i].data(), from[i].size());
     out->size_ = n;
     if (mirror_) mirror_->copied(mirror_id_, *out, n);
     return out;
   }
 
-  // The buffers that hold the keys and values of a cache of n tokens, in an
-  // order fixed by the kind and the sizes: what copies and cache files move.
-  virtual std::vector<std::span<float>> state(std::int64_t n) = 0;
-  std::vector<std::span<const float>> state(std::int64_t n) const {
+  // The bytes that hold the keys and values of a cache of n tokens, in an
+  // order fixed by the kind, the sizes and the types: what copies and cache
+  // files move.
+  virtual std::vector<std::span<std::byte>> state(std::int64_t n) = 0;
+  std::vector<std::span<const std::byte>> state(std::int64_t n) const {
     const auto s = const_cast<KVCacheBase*>(this)->state(n);
     return {s.begin(), s.end()};
   }
@@ -140,8 +149,16 @@ class KVCacheBase {
     size_ = n;
   }
 
-  // Whether two caches see the same tokens of a stream (the same rule).
-  bool same_rule(const KVCacheBase& other) const { return sinks() == other.sinks() && window() == other.window(); }
+  // Whether two caches see the same tokens of a stream (the same rule) in
+  // the same types: whether one's contents may stand for the other's.
+  bool same_rule(const KVCacheBase& other) const {
+    return sinks() == other.sinks() && window() == other.window() && types_ == other.types_;
+  }
+
+  // Bytes of one position's keys and values over every layer.
+  std::size_t position_bytes() const {
+    return Config::Layers * (kv_row_bytes(types_.k, Config::KVDim) + kv_row_bytes(types_.v, Config::KVDim));
+  }
 
   // Token positions this cache holds at most, and the bytes of its buffers.
   virtual std::int64_t capacity() const = 0;
@@ -150,6 +167,19 @@ class KVCacheBase {
   virtual std::string describe() const = 0;
 
  protected:
+  // The types' rows must be whole blocks of the model's KV width.
+  void check_types() const {
+    kv_check_row(types_.k, Config::KVDim, describe());
+    kv_check_row(types_.v, Config::KVDim, describe());
+  }
+  // Row i of n (at k + i * ld) into the cache's rows at kd and vd.
+  void encode(const float* k, const float* v, std::size_t ld, std::size_t i, std::byte* kd, std::byte* vd) const {
+    kv_encode_row(types_.k, k + i * ld, Config::KVDim, kd);
+    kv_encode_row(types_.v, v + i * ld, Config::KVDim, vd);
+  }
+  std::size_t k_row() const { return kv_row_bytes(types_.k, Config::KVDim); }
+  std::size_t v_row() const { return kv_row_bytes(types_.v, Config::KVDim); }
+
   std::int64_t size_ = 0;
 
  private:
@@ -160,11 +190,14 @@ class KVCacheBase {
 
   std::shared_ptr<Mirror> mirror_;
   std::uint64_t mirror_id_ = 0;
+  KVTypes types_;
 };
 
 // The dense cache: every token of the sequence, up to MaxSeq positions (the
 // context the model was trained with). A larger capacity may be asked for, to
-// measure what happens past that length (RoPE extrapolation).
+// measure what happens past that length (RoPE extrapolation). Its types are
+// chosen at run time here (the front ends' --cache-type-k/-v), in the type
+// with KVCache<Config, K, V>.
 //
 // Its memory: address space for MaxSeq positions (or the capacity, if
 // larger) is reserved at once, and `capacity` of them are usable; grow()
@@ -172,25 +205,30 @@ class KVCacheBase {
 // copied. The system backs only the pages written: a cache costs the memory
 // of the tokens it holds, whatever its capacity.
 template <class Config>
-class KVCache final : public KVCacheBase<Config> {
+class DynamicKVCache : public KVCacheBase<Config> {
+  using Base = KVCacheBase<Config>;
+
  public:
-  explicit KVCache(std::int64_t capacity = Config::MaxSeq)
-      : capacity_(checked_capacity(capacity)),
+  explicit DynamicKVCache(std::int64_t capacity = Config::MaxSeq, KVTypes types = {})
+      : Base(types),
+        capacity_(checked_capacity(capacity)),
         reserved_(std::max<std::int64_t>(capacity, Config::MaxSeq)),
-        layer_floats_(page_floats(static_cast<std::size_t>(reserved_) * Config::KVDim)),
-        memory_(2 * Config::Layers * layer_floats_ * sizeof(float), huge_pages(layer_floats_)) {
+        k_layer_(page_bytes(static_cast<std::size_t>(reserved_) * this->k_row())),
+        v_layer_(page_bytes(static_cast<std::size_t>(reserved_) * this->v_row())),
+        memory_((k_layer_ + v_layer_) * Config::Layers, huge_pages(std::min(k_layer_, v_layer_))) {
+    this->check_types();
     commit(capacity_);
   }
-  // A copy: its own memory, the same capacity, the cached tokens.
-  KVCache(const KVCache& other) : KVCache(other.capacity_) {
-    KVCacheBase<Config>::operator=(other);
-    const auto from = static_cast<const KVCacheBase<Config>&>(other).state(other.size_);
+  // A copy: its own memory, the same capacity and types, the cached tokens.
+  DynamicKVCache(const DynamicKVCache& other) : DynamicKVCache(other.capacity_, other.types()) {
+    Base::operator=(other);
+    const auto from = static_cast<const Base&>(other).state(other.size_);
     const auto to = state(other.size_);
-    for (std::size_t i = 0; i < from.size(); ++i) std::memcpy(to[i].data(), from[i].data(), from[i].size_bytes());
+    for (std::size_t i = 0; i < from.size(); ++i) std::memcpy(to[i].data(), from[i].data(), from[i].size());
   }
-  KVCache& operator=(const KVCache&) = delete;
+  DynamicKVCache& operator=(const DynamicKVCache&) = delete;
 
-  typename KVCacheBase<Config>::Kind kind() const override { return KVCacheBase<Config>::Kind::Dense; }
+  typename Base::Kind kind() const override { return Base::Kind::Dense; }
   std::int64_t sinks() const override { return 0; }
   std::int64_t window() const override { return kUnboundedWindow; }
   std::int64_t capacity() const override { return capacity_; }
@@ -202,20 +240,21 @@ class KVCache final : public KVCacheBase<Config> {
     return true;
   }
   bool can_truncate(std::int64_t n) const override { return n <= this->size_; }
-  std::unique_ptr<KVCacheBase<Config>> empty_like(std::int64_t capacity) const override {
-    return std::make_unique<KVCache>(std::max(capacity, capacity_));
+  std::unique_ptr<Base> empty_like(std::int64_t capacity) const override {
+    return std::make_unique<DynamicKVCache>(std::max(capacity, capacity_), this->types());
   }
-  std::vector<std::span<float>> state(std::int64_t n) override {
-    std::vector<std::span<float>> out;
-    const auto used = static_cast<std::size_t>(n) * Config::KVDim;
-    for (int l = 0; l < Config::Layers; ++l) out.emplace_back(keys(l), used), out.emplace_back(values(l), used);
+  std::vector<std::span<std::byte>> state(std::int64_t n) override {
+    std::vector<std::span<std::byte>> out;
+    const auto pos = static_cast<std::size_t>(n);
+    for (int l = 0; l < Config::Layers; ++l) out.emplace_back(keys(l), pos * this->k_row()), out.emplace_back(values(l), pos * this->v_row());
     return out;
   }
   // What the capacity may take: the memory budget of a pool counts this.
-  std::size_t bytes() const override {
-    return 2 * Config::Layers * static_cast<std::size_t>(capacity_) * Config::KVDim * sizeof(float);
+  std::size_t bytes() const override { return static_cast<std::size_t>(capacity_) * this->position_bytes(); }
+  std::string describe() const override {
+    return "dense KV cache of " + std::to_string(capacity_) + " positions" +
+           (this->types() == KVTypes{} ? "" : " (" + kv_types_name(this->types()) + ")");
   }
-  std::string describe() const override { return "dense KV cache of " + std::to_string(capacity_) + " positions"; }
 
   bool has_room(std::int64_t n) const override { return this->size_ + n <= capacity_; }
   void check_room(std::int64_t n) const override {
@@ -227,17 +266,14 @@ class KVCache final : public KVCacheBase<Config> {
 
   int segments(int layer, std::int64_t, KVSegment* out) const override {
     if (this->size_ == 0) return 0;
-    out[0] = {keys(layer), values(layer), Config::KVDim, this->size_, false, 0};
+    out[0] = {keys(layer), values(layer), this->k_row(), this->v_row(), this->types(), this->size_, false, 0};
     return 1;
   }
 
   void store(int layer, std::int64_t pos, std::int64_t n, const float* k, const float* v, std::size_t ld) override {
-    float* const kl = keys(layer) + static_cast<std::size_t>(pos) * Config::KVDim;
-    float* const vl = values(layer) + static_cast<std::size_t>(pos) * Config::KVDim;
-    for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i) {
-      std::memcpy(kl + i * Config::KVDim, k + i * ld, Config::KVDim * sizeof(float));
-      std::memcpy(vl + i * Config::KVDim, v + i * ld, Config::KVDim * sizeof(float));
-    }
+    const auto p = static_cast<std::size_t>(pos);
+    for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i)
+      this->encode(k, v, ld, i, keys(layer) + (p + i) * this->k_row(), values(layer) + (p + i) * this->v_row());
   }
 
  private:
@@ -246,31 +282,40 @@ class KVCache final : public KVCacheBase<Config> {
     return capacity;
   }
   // A layer's keys (or values) start on a page, so that each opens on its own.
-  static std::size_t page_floats(std::size_t floats) {
-    const std::size_t page = ReservedMemory::page() / sizeof(float);
-    return (floats + page - 1) / page * page;
+  static std::size_t page_bytes(std::size_t bytes) {
+    const std::size_t page = ReservedMemory::page();
+    return (bytes + page - 1) / page * page;
   }
   // 2 MB pages where a layer's reserve is at least 16 of them (a page then
   // holds at most 1/16 of the positions; Llama 2 7B's 4096 x 4096 floats:
   // 128 positions), so that a short conversation is not backed by the
   // pages of a long one. Below that 4 KB pages, whose TLB misses attention
   // over a few MB per layer hardly feels.
-  static bool huge_pages(std::size_t layer_floats) { return layer_floats * sizeof(float) >= 16 * (std::size_t(2) << 20); }
+  static bool huge_pages(std::size_t layer_bytes) { return layer_bytes >= 16 * (std::size_t(2) << 20); }
 
-  float* keys(int layer) const {
-    return reinterpret_cast<float*>(memory_.data()) + static_cast<std::size_t>(layer) * layer_floats_;
-  }
-  float* values(int layer) const { return keys(Config::Layers + layer); }
+  // [keys of every layer][values of every layer], each layer on its pages.
+  std::byte* keys(int layer) const { return memory_.data() + static_cast<std::size_t>(layer) * k_layer_; }
+  std::byte* values(int layer) const { return keys(Config::Layers) + static_cast<std::size_t>(layer) * v_layer_; }
   // Positions [0, capacity) of every layer's keys and values usable.
   void commit(std::int64_t capacity) {
-    const std::size_t bytes = static_cast<std::size_t>(capacity) * Config::KVDim * sizeof(float);
-    for (int r = 0; r < 2 * Config::Layers; ++r)
-      memory_.commit(static_cast<std::size_t>(r) * layer_floats_ * sizeof(float), bytes);
+    const auto c = static_cast<std::size_t>(capacity);
+    for (int l = 0; l < Config::Layers; ++l) {
+      memory_.commit(static_cast<std::size_t>(keys(l) - memory_.data()), c * this->k_row());
+      memory_.commit(static_cast<std::size_t>(values(l) - memory_.data()), c * this->v_row());
+    }
   }
 
   std::int64_t capacity_, reserved_;
-  std::size_t layer_floats_;
-  ReservedMemory memory_;  // [keys, values][layer][position][kv_dim], layer_floats_ per layer
+  std::size_t k_layer_, v_layer_;  // bytes reserved per layer
+  ReservedMemory memory_;
+};
+
+// A dense cache whose types are in its type: KVCache<Config> is f32,
+// KVCache<Config, KVType::Q8_0> stores q8_0 keys and values.
+template <class Config, KVType K = KVType::F32, KVType V = K>
+class KVCache final : public DynamicKVCache<Config> {
+ public:
+  explicit KVCache(std::int64_t capacity = Config::MaxSeq) : DynamicKVCache<Config>(capacity, KVTypes{K, V}) {}
 };
 
 }  // namespace streamllm

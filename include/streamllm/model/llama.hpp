@@ -35,6 +35,7 @@
 #include "streamllm/kernels/ops/attention.hpp"
 #include "streamllm/kernels/ops/axpy.hpp"
 #include "streamllm/kernels/ops/dequantize.hpp"
+#include "streamllm/kernels/ops/hadamard.hpp"
 #include "streamllm/kernels/ops/rmsnorm.hpp"
 #include "streamllm/kernels/ops/rope.hpp"
 #include "streamllm/kernels/ops/silu_gate.hpp"
@@ -240,6 +241,7 @@ class Llama {
   // shows its first (earliest) row, and the new tokens of the sequence up to
   // its last row that the visibility rule keeps (sinks, and the window).
   // The attention kernel masks per row.
+  void to_cache_types(std::size_t r, KVTypes types);
   void plan_attention(int l, std::span<const Sequence> seqs);
 
   Logits compute_logits();
@@ -319,10 +321,13 @@ void Llama<Config>::layer(int l, std::span<const Sequence> seqs) {
     kernels::rope_apply(q_sink_.data() + r * QD, QD, sink_cos_.data() + r * tl_, sink_sin_.data() + r * tl_, tl_);
     kernels::rope_apply(q_.data() + r * QD, QD, rope_cos_.data() + r * tl_, rope_sin_.data() + r * tl_, tl_);
     kernels::rope_apply(k_.data() + r * KV, KV, rope_cos_.data() + r * tl_, rope_sin_.data() + r * tl_, tl_);
+    to_cache_types(r, seqs[rows_[r].seq].cache->types());
   }
 
   plan_attention(l, seqs);
   kernels::attend<Config::HeadDim, Config::Heads, Config::KVHeads>(att_blocks_.data(), att_blocks_.size());
+  for (std::size_t r = 0; r < R; ++r)
+    if (kv_rotated(seqs[rows_[r].seq].cache->types().v)) kernels::hadamard_heads(att_.data() + r * QD, QD, HD);
 
   // The new keys and values join the caches only now: until every row of
   // this layer has attended, a window cache may still need what they replace.
@@ -344,6 +349,22 @@ void Llama<Config>::layer(int l, std::span<const Sequence> seqs) {
   kernels::matmul(lw.w_down, hb_.data(), R, h, xb_.data(), D);
   sum_over_ranks(xb_.data(), R * D);
   for (std::size_t r = 0; r < R; ++r) kernels::add_inplace(x_.data() + r * D, xb_.data() + r * D, D);
+}
+
+// Row r's keys, values and queries as its cache holds and reads them:
+// rotated where the cache's type is stored rotated (quant/kv_types.hpp), and
+// the new keys and values rounded to the type, so that they are attended to
+// in this call as they will be in every later one.
+template <class Config>
+void Llama<Config>::to_cache_types(std::size_t r, KVTypes types) {
+  if (kv_rotated(types.k)) {
+    kernels::hadamard_heads(q_.data() + r * QD, QD, HD);
+    kernels::hadamard_heads(q_sink_.data() + r * QD, QD, HD);
+    kernels::hadamard_heads(k_.data() + r * KV, KV, HD);
+  }
+  if (kv_rotated(types.v)) kernels::hadamard_heads(v_.data() + r * KV, KV, HD);
+  kv_round_trip(types.k, k_.data() + r * KV, KV);
+  kv_round_trip(types.v, v_.data() + r * KV, KV);
 }
 
 template <class Config>
@@ -368,7 +389,7 @@ void Llama<Config>::plan_attention(int l, std::span<const Sequence> seqs) {
     auto add_new = [&](std::int64_t p0, std::int64_t p1, bool sink) {  // positions [p0, p1)
       if (p1 <= p0) return;
       const std::size_t off = row.first_row + static_cast<std::size_t>(p0 - c0);
-      b.segments[b.n_segments++] = {k_.data() + off * KV, v_.data() + off * KV, KV, p1 - p0, sink, p0};
+      b.segments[b.n_segments++] = KVSegment::f32(k_.data() + off * KV, v_.data() + off * KV, KV, p1 - p0, sink, p0);
     };
     add_new(c0, std::min(S, t_last + 1), true);
     add_new(std::max({c0, S, t_first - W + 1}), t_last + 1, false);

@@ -68,17 +68,19 @@ struct ForwardPlan {
     std::int64_t cache_id = 0;
     bool new_cache = false, dense = true;
     std::int64_t capacity = 0, sinks = 0, window = 0;  // window: 0 for a dense cache
+    KVTypes types;                                     // every rank holds its heads in rank 0's types
     std::int64_t size = 0;                             // tokens in the cache before the call
     bool all_logits = false;
     std::span<const TokenId> tokens;
   };
-  static constexpr std::size_t kSequenceWords = 9;  // a sequence's fields before its tokens
+  static constexpr std::size_t kSequenceWords = 10;  // a sequence's fields before its tokens
 
   // Rank 0: the message of these sequences into `words` (reused: once per token).
   static void encode(std::span<const Sequence> seqs, std::vector<std::int64_t>& words) {
     words.assign({kForward, static_cast<std::int64_t>(seqs.size())});
     for (const Sequence& q : seqs) {
-      words.insert(words.end(), {q.cache_id, q.new_cache ? 1 : 0, q.dense ? 0 : 1, q.capacity, q.sinks, q.window, q.size,
+      words.insert(words.end(), {q.cache_id, q.new_cache ? 1 : 0, q.dense ? 0 : 1, q.capacity, q.sinks, q.window,
+                                 static_cast<std::int64_t>(q.types.k) << 8 | static_cast<std::int64_t>(q.types.v), q.size,
                                  static_cast<std::int64_t>(q.tokens.size()), q.all_logits ? 1 : 0});
       words.insert(words.end(), q.tokens.begin(), q.tokens.end());
     }
@@ -102,9 +104,13 @@ struct ForwardPlan {
       q.capacity = words[at + 3];
       q.sinks = words[at + 4];
       q.window = words[at + 5];
-      q.size = words[at + 6];
-      const auto count = static_cast<std::size_t>(words[at + 7]);
-      q.all_logits = words[at + 8] != 0;
+      const std::int64_t types = words[at + 6], last = static_cast<std::int64_t>(KVType::Q4_0);
+      if ((types >> 8) > last || (types & 255) > last || types < 0)
+        throw Error("a forward plan from rank 0 names an unknown KV cache type (" + std::to_string(types) + ")");
+      q.types = {static_cast<KVType>(types >> 8), static_cast<KVType>(types & 255)};
+      q.size = words[at + 7];
+      const auto count = static_cast<std::size_t>(words[at + 8]);
+      q.all_logits = words[at + 9] != 0;
       at += kSequenceWords;
       if (count > words.size() - at)
         throw Error("a forward plan from rank 0 ends inside sequence " + std::to_string(s) + "'s tokens");
@@ -229,7 +235,7 @@ class MpiShardLink final : public ShardLink<Config> {
       if (is_new) c.set_mirror(mirror_, ++leader_->next_id);
       const bool dense = c.kind() == Cache::Kind::Dense;
       plan_seqs_.push_back({static_cast<std::int64_t>(c.mirror_id()), is_new, dense, c.capacity(), c.sinks(),
-                            dense ? 0 : c.window(), c.size(), seq.all_logits, seq.tokens});
+                            dense ? 0 : c.window(), c.types(), c.size(), seq.all_logits, seq.tokens});
     }
     detail::ForwardPlan::encode(plan_seqs_, plan_);
     try {
@@ -328,9 +334,9 @@ class MpiShardLink final : public ShardLink<Config> {
             const detail::ForwardPlan::Sequence& q = plan[s];
             if (q.new_cache) {
               if (q.dense)
-                caches[q.cache_id] = std::make_unique<KVCache<Config>>(q.capacity);
+                caches[q.cache_id] = std::make_unique<DynamicKVCache<Config>>(q.capacity, q.types);
               else
-                caches[q.cache_id] = std::make_unique<DynamicSinkWindowKVCache<Config>>(q.sinks, q.window);
+                caches[q.cache_id] = std::make_unique<DynamicSinkWindowKVCache<Config>>(q.sinks, q.window, q.types);
             }
             Cache& c = cache(q.cache_id);
             if (q.dense && !c.grow(q.capacity))  // rank 0's grew in place (a conversation taken from the pool)

@@ -49,6 +49,7 @@ struct ServiceOptions {
   std::size_t step_tokens = 256;
   int close_wait_ms = 100;             // SchedulerOptions::close_wait
   std::int64_t sinks = 4, window = 0;  // window 0: dense caches
+  KVTypes cache_types;                 // what every conversation's keys and values are stored in
   int default_max_tokens = 256;
   std::size_t cache_bytes = std::size_t(512) << 20;  // kept caches in memory (0: no reuse)
   std::string cache_dir;                             // evicted caches on disk ("" : none)
@@ -72,7 +73,10 @@ class ApiService {
 
   template <class Config>
   ApiService(Llama<Config>& model, const Tokenizer& tok, ServiceOptions opt) : ApiService(tok, std::move(opt), Config::shape()) {
-    if (opt_.window > 0) DynamicSinkWindowKVCache<Config> probe(opt_.sinks, opt_.window);  // sizes checked once
+    // Sizes and types checked once, before any request.
+    if (opt_.window > 0) DynamicSinkWindowKVCache<Config> probe(opt_.sinks, opt_.window, opt_.cache_types);
+    kv_check_row(opt_.cache_types.k, Config::KVDim, "the server's KV caches");
+    kv_check_row(opt_.cache_types.v, Config::KVDim, "the server's KV caches");
     // Made here, after the members its pool's folder is read into (known_).
     engine_ = std::make_unique<BatchEngine<Config>>(model, tok, scheduler_options());
   }
@@ -159,6 +163,7 @@ class ApiService {
     o.pool.max_bytes = opt_.cache_bytes;
     o.share_prefixes = opt_.cache_bytes > 0;  // --cache-mib 0: no reuse of any kind (a baseline)
     o.pool.dir = opt_.cache_dir;
+    o.pool.types = opt_.cache_types;
     o.pool.max_dir_bytes = opt_.cache_dir_bytes;
     o.pool.warn = opt_.warn;
     o.pool.on_disk_note = [this](const std::string& note) { remember_note(note); };
@@ -332,10 +337,10 @@ class ApiService {
   // (KVCache::grow) when a turn needs more room: the power of two keeps the
   // capacity a pool's budget counts within twice the positions used.
   CacheShape cache_shape(std::size_t prompt, int max_tokens) const {
-    if (opt_.window > 0) return {opt_.sinks, opt_.window, 0};
+    if (opt_.window > 0) return {opt_.sinks, opt_.window, 0, opt_.cache_types};
     const auto need = static_cast<std::uint64_t>(prompt) + static_cast<std::uint64_t>(std::max(max_tokens, 0)) + 2;
     const auto room = std::bit_ceil(std::max<std::uint64_t>(need, 256));
-    return {0, 0, static_cast<std::int64_t>(std::min<std::uint64_t>(shape_.max_seq, room))};
+    return {0, 0, static_cast<std::int64_t>(std::min<std::uint64_t>(shape_.max_seq, room)), opt_.cache_types};
   }
 
   struct Choice {

@@ -14,12 +14,20 @@ struct Attention {
   static constexpr bool kVectorDot = HeadDim % L == 0;  // else scores one by one
   using Mask = typename Vec::batch_bool_type;
 
+  // Keys per block on the head-tile path: two vectors, so that each
+  // broadcast of a query element feeds two fmas (one per key vector) and the
+  // softmax's horizontal maximum and sum are paid once per 2L keys.
+  static constexpr std::size_t kTileKeys = 2 * L;
+
   // Per query: running max, running sum (lane by lane: summed once, at the
   // end), and the weighted sum of values.
   struct State {
     float m[kQueries];
     alignas(64) float l[kQueries][L];
     alignas(64) float acc[kQueries][HeadDim];
+    // A block of keys and of values of a compact cache, as floats.
+    alignas(64) float k[kTileKeys][HeadDim];
+    alignas(64) float v[kTileKeys][HeadDim];
   };
 
   // How far (in log space) a score may pass the running maximum before the
@@ -55,10 +63,6 @@ struct Attention {
     return 1;
   }();
 
-  // Keys per block on the head-tile path: two vectors, so that each
-  // broadcast of a query element feeds two fmas (one per key vector) and the
-  // softmax's horizontal maximum and sum are paid once per 2L keys.
-  static constexpr std::size_t kTileKeys = 2 * L;
 
   static KeyLayout key_layout(int queries) {
     if (!kCanTranspose || queries < kQueriesToTranspose) return KeyLayout::ByRows;
@@ -184,7 +188,7 @@ struct Attention {
   struct KeyBlock {
     const float* k;
     const float* v;
-    std::size_t stride, count;
+    std::size_t k_stride, v_stride, count;  // strides in floats
     std::int64_t first_pos;
   };
   // The transposed keys: kt for ByLanes (L keys), kt2 for HeadTiles (2L).
@@ -216,13 +220,13 @@ struct Attention {
     const float scale = 1.0f / std::sqrt(static_cast<float>(HeadDim));
     Vec raw;
     if constexpr (kCanTranspose)
-      raw = layout == KeyLayout::ByLanes ? scores_by_lanes(q, t.kt) : scores(q, kb.k, kb.stride, kb.count);
+      raw = layout == KeyLayout::ByLanes ? scores_by_lanes(q, t.kt) : scores(q, kb.k, kb.k_stride, kb.count);
     else
-      raw = scores(q, kb.k, kb.stride, kb.count);
+      raw = scores(q, kb.k, kb.k_stride, kb.count);
     const Vec scored[1] = {select(visible, raw * Vec(scale), Vec(-std::numeric_limits<float>::infinity()))};
     const Mask vis[1] = {visible};
     softmax_step(scored, vis, st, qi, p);
-    add_weighted_values(p, static_cast<std::size_t>(r.lo), static_cast<std::size_t>(r.hi), kb.v, kb.stride, st.acc[qi]);
+    add_weighted_values(p, static_cast<std::size_t>(r.lo), static_cast<std::size_t>(r.hi), kb.v, kb.v_stride, st.acc[qi]);
   }
 
   // G heads of one row (queries qi0.., q[g] their vectors) against a block of
@@ -256,7 +260,7 @@ struct Attention {
     for (int g = 0; g < G; ++g)
       for (std::size_t d = 0; d < HeadDim / L; ++d) a[g][d] = load(st.acc[qi0 + g] + d * L);
     for (auto j = static_cast<std::size_t>(r.lo); j <= static_cast<std::size_t>(r.hi); ++j) {
-      const float* v = kb.v + j * kb.stride;
+      const float* v = kb.v + j * kb.v_stride;
       for (std::size_t d = 0; d < HeadDim / L; ++d) {
         Vec vv = load(v + d * L);
         in_register(vv);
@@ -287,6 +291,65 @@ struct Attention {
     alignas(64) float p[L];
     for (int h = 0; h < kGroup; ++h)
       attend_head(layout, qrow + static_cast<std::size_t>(h * HeadDim), kb, t, visible, r, st, qi0 + h, p);
+  }
+
+  // ---- compact caches ----------------------------------------------------------
+
+  // Elements [first, first + HeadDim) of a row of type t as floats. The
+  // vector forms read whole vectors: L divides 32, so none straddles a block.
+  static void row_to_f32(KVType t, const std::byte* row, std::size_t first, float* out) {
+    if constexpr (HeadDim % L == 0) {
+      const auto* h = reinterpret_cast<const std::uint16_t*>(row) + first;
+      switch (t) {
+        case KVType::F32: break;
+        case KVType::F16:
+          for (std::size_t d = 0; d < HeadDim; d += L) store(out + d, load_f16(h + d));
+          return;
+        case KVType::BF16:
+          for (std::size_t d = 0; d < HeadDim; d += L) store(out + d, load_bf16(h + d));
+          return;
+        case KVType::Q8_0: {
+          const auto* blocks = reinterpret_cast<const quant::BlockQ8_0*>(row);
+          Vec scale(0.f);
+          for (std::size_t d = 0; d < HeadDim; d += L) {
+            const std::size_t e = first + d, j = e % quant::kQK;
+            const quant::BlockQ8_0& b = blocks[e / quant::kQK];
+            if (d == 0 || j == 0) scale = Vec(f16_scalar(b.d));
+            store(out + d, scale * load_i8(b.qs + j));
+          }
+          return;
+        }
+        case KVType::Q4_0: {
+          const auto* blocks = reinterpret_cast<const quant::BlockQ4_0*>(row);
+          Vec scale(0.f);
+          for (std::size_t d = 0; d < HeadDim; d += L) {
+            const std::size_t e = first + d, j = e % quant::kQK, half = quant::kQK / 2;
+            const quant::BlockQ4_0& b = blocks[e / quant::kQK];
+            if (d == 0 || j == 0) scale = Vec(f16_scalar(b.d));
+            store(out + d, scale * load_nibbles(b.qs + j % half, j >= half));
+          }
+          return;
+        }
+      }
+    }
+    kv_decode(t, row, first, HeadDim, out);
+  }
+
+  // n rows of a segment's keys or values (stride bytes apart), the head's
+  // elements from `first`, as floats: f32 rows where they are, any other
+  // type converted into buf, once per block of keys for every row and head
+  // of the block that reads them.
+  // (Not inlined: a call per block of keys costs nothing, and the tiles
+  // around it stay as GCC inlined them before.)
+  [[gnu::noinline]] static const float* float_rows(KVType t, const std::byte* rows, std::size_t stride, std::size_t n, std::size_t first,
+                                 float (*buf)[HeadDim], std::size_t& float_stride) {
+    if (t == KVType::F32) {
+      float_stride = stride / sizeof(float);
+      return reinterpret_cast<const float*>(rows) + first;
+    }
+    for (std::size_t j = 0; j < n; ++j) row_to_f32(t, rows + j * stride, first, buf[j]);
+    float_stride = HeadDim;
+    return buf[0];
   }
 
   // ---- a block of rows --------------------------------------------------------
@@ -332,15 +395,18 @@ struct Attention {
       const KVSegment& seg = b.segments[si];
       const float* qbase = seg.sink ? b.q_sink : b.q;
       for (std::int64_t j0 = 0; j0 < seg.count; j0 += static_cast<std::int64_t>(block_keys)) {
-        const KeyBlock kb{seg.k + kvh * HeadDim + static_cast<std::size_t>(j0) * seg.stride,
-                          seg.v + kvh * HeadDim + static_cast<std::size_t>(j0) * seg.stride, seg.stride,
-                          static_cast<std::size_t>(std::min<std::int64_t>(static_cast<std::int64_t>(block_keys), seg.count - j0)),
-                          seg.first_pos + j0};
-        if (kb.first_pos > last_pos) break;  // causal: no row sees these (positions only grow along a segment)
+        if (seg.first_pos + j0 > last_pos) break;  // causal: no row sees these (positions only grow along a segment)
+        KeyBlock kb;
+        kb.count = static_cast<std::size_t>(std::min<std::int64_t>(static_cast<std::int64_t>(block_keys), seg.count - j0));
+        kb.first_pos = seg.first_pos + j0;
+        const auto j = static_cast<std::size_t>(j0);
+        const std::size_t first = static_cast<std::size_t>(kvh) * HeadDim;
+        kb.k = float_rows(seg.types.k, seg.k + j * seg.k_stride, seg.k_stride, kb.count, first, st.k, kb.k_stride);
+        kb.v = float_rows(seg.types.v, seg.v + j * seg.v_stride, seg.v_stride, kb.count, first, st.v, kb.v_stride);
         if (layout == KeyLayout::HeadTiles)
-          transpose(kb.k, kb.stride, kb.count, static_cast<std::size_t>(HeadDim), &t.kt2[0][0], kTileKeys);
+          transpose(kb.k, kb.k_stride, kb.count, static_cast<std::size_t>(HeadDim), &t.kt2[0][0], kTileKeys);
         else if (layout == KeyLayout::ByLanes)
-          transpose(kb.k, kb.stride, kb.count, static_cast<std::size_t>(HeadDim), &t.kt[0][0], L);
+          transpose(kb.k, kb.k_stride, kb.count, static_cast<std::size_t>(HeadDim), &t.kt[0][0], L);
         for (int row = 0; row < b.rows; ++row) {
           const Visible r = visible_keys(b, b.first_pos + row, kb);
           if (r.empty()) continue;

@@ -97,6 +97,22 @@ inline Vec swap_pairs(Vec v) { return _mm256_permute_ps(v.data, _MM_SHUFFLE(2, 3
 // Keeps v in a register from here on (kernels::in_register's reason: ops/simd.hpp).
 inline void in_register(Vec& v) { asm("" : "+v"(v.data)); }
 
+// Lanes from a cache's compact rows (quant/kv_types.hpp): 8 halves, 8
+// bfloat16s, 8 int8s, or 8 nibbles (low or high) less 8, as floats.
+inline Vec load_f16(const std::uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline Vec load_bf16(const std::uint16_t* p) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+}
+inline Vec load_i8(const std::int8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+inline float f16_scalar(std::uint16_t h) { return _cvtsh_ss(h); }  // a block's scale, by F16C
+inline Vec load_nibbles(const std::uint8_t* p, bool high) {
+  __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  q = high ? _mm256_srli_epi32(q, 4) : _mm256_and_si256(q, _mm256_set1_epi32(15));
+  return _mm256_cvtepi32_ps(_mm256_sub_epi32(q, _mm256_set1_epi32(8)));
+}
+
 #include "streamllm/kernels/simd/exp-inl.hpp"  // IWYU pragma: keep
 
 }  // namespace streamllm::kernels::avx2

@@ -129,6 +129,22 @@ inline Vec swap_pairs(Vec v) { return _mm512_permute_ps(v.data, _MM_SHUFFLE(2, 3
 // Keeps v in a register from here on (kernels::in_register's reason: ops/simd.hpp).
 inline void in_register(Vec& v) { asm("" : "+v"(v.data)); }
 
+// Lanes from a cache's compact rows (quant/kv_types.hpp): 16 halves, 16
+// bfloat16s, 16 int8s, or 16 nibbles (low or high) less 8, as floats.
+inline Vec load_f16(const std::uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+inline Vec load_bf16(const std::uint16_t* p) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+}
+inline Vec load_i8(const std::int8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+inline float f16_scalar(std::uint16_t h) { return _cvtsh_ss(h); }  // a block's scale, by F16C
+inline Vec load_nibbles(const std::uint8_t* p, bool high) {
+  __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  q = high ? _mm512_srli_epi32(q, 4) : _mm512_and_si512(q, _mm512_set1_epi32(15));
+  return _mm512_cvtepi32_ps(_mm512_sub_epi32(q, _mm512_set1_epi32(8)));
+}
+
 #include "streamllm/kernels/simd/exp-inl.hpp"  // IWYU pragma: keep
 
 }  // namespace streamllm::kernels::avx512

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "streamllm/core/dtype.hpp"
 #include "streamllm/kernels/simd/avx512_warnings.hpp"
 
 namespace streamllm::kernels::portable {
@@ -66,6 +67,22 @@ inline void in_register(Vec& v) {
 #else
   (void)v;
 #endif
+}
+
+// Lanes from a cache's compact rows (quant/kv_types.hpp), converted one by
+// one: halves, bfloat16s, int8s, or nibbles (low or high) less 8, as floats.
+template <class F>
+inline Vec load_converted(F element) {
+  alignas(64) float x[kLanes];
+  for (std::size_t i = 0; i < kLanes; ++i) x[i] = element(i);
+  return Vec::load_aligned(x);
+}
+inline float f16_scalar(std::uint16_t h) { return f16_to_f32(h); }  // a block's scale
+inline Vec load_f16(const std::uint16_t* p) { return load_converted([p](std::size_t i) { return f16_to_f32(p[i]); }); }
+inline Vec load_bf16(const std::uint16_t* p) { return load_converted([p](std::size_t i) { return bf16_to_f32(p[i]); }); }
+inline Vec load_i8(const std::int8_t* p) { return load_converted([p](std::size_t i) { return static_cast<float>(p[i]); }); }
+inline Vec load_nibbles(const std::uint8_t* p, bool high) {
+  return load_converted([p, high](std::size_t i) { return static_cast<float>((high ? p[i] >> 4 : p[i] & 15) - 8); });
 }
 
 // The architecture xsimd compiled this family for (sse2, avx512bw, neon64...).
