@@ -24,10 +24,7 @@ using Wide = LlamaConfig<4096, 11008, 4, 32, 32, 32000, 4096>;
 constexpr std::size_t kDeepest = 4000;
 
 Llama<Wide>& model() {
-  static Llama<Wide> m = [] {
-    Llama<Wide> l = load_llama<Wide>(bench::random_gguf_model<Wide>("llama2-7b-widths-4-layers", "q4_0"), bench::load_mode());
-    return l;
-  }();
+  static Llama<Wide> m = load_llama<Wide>(bench::random_gguf_model<Wide>("llama2-7b-widths-4-layers", "q4_0"), bench::load_mode());
   return m;
 }
 

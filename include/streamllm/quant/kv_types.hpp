@@ -102,14 +102,10 @@ inline void kv_encode_row(KVType t, const float* x, std::size_t n, std::byte* ou
         std::memcpy(out + 2 * i, &h, 2);
       }
       return;
-    case KVType::Q8_0:
-      for (std::size_t b = 0; b < n / quant::kQK; ++b)
-        quant::quantize(x + b * quant::kQK, *reinterpret_cast<quant::BlockQ8_0*>(out + b * sizeof(quant::BlockQ8_0)));
-      return;
-    case KVType::Q4_0:
-      for (std::size_t b = 0; b < n / quant::kQK; ++b)
-        quant::quantize(x + b * quant::kQK, *reinterpret_cast<quant::BlockQ4_0*>(out + b * sizeof(quant::BlockQ4_0)));
-      return;
+    // The weights' quantisers (quant/blocks.hpp), without quantize_row's range
+    // check: a cache row is written inside a forward pass, which must not throw.
+    case KVType::Q8_0: return quant::quantize_blocks<quant::BlockQ8_0, quant::kQK>(x, static_cast<std::int64_t>(n), out);
+    case KVType::Q4_0: return quant::quantize_blocks<quant::BlockQ4_0, quant::kQK>(x, static_cast<std::int64_t>(n), out);
   }
 }
 
