@@ -40,8 +40,9 @@ int threads(const benchmark::State& state) { return static_cast<int>(state.range
 
 // Q8_0x16 and Q4_0x16: the layout a model reads on the AVX-512 path (it
 // interleaves Q8_0 and Q4_0 at load); Q8_0 and Q4_0 as in the file.
-const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,    DType::Q4_0,
-                        DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0x16, DType::Q4_0x16};
+const DType kTypes[] = {DType::F32,     DType::F16,     DType::BF16, DType::Q8_0, DType::Q4_0,   DType::Q4_K,
+                        DType::Q5_K,    DType::Q6_K,    DType::Q3_K, DType::Q2_K, DType::IQ4_XS, DType::IQ4_NL,
+                        DType::Q8_0x16, DType::Q4_0x16};
 
 // args: threads, rows (cols = 2048)
 void gemv(benchmark::State& state, DType t) {
@@ -117,7 +118,7 @@ void attention(benchmark::State& state) {
     b.ld = kQd;
     b.first_pos = context + r0;
     b.rows = static_cast<int>(std::min<std::int64_t>(kernels::AttentionBlock::kMaxRows, rows - r0));
-    b.segments[0] = {k.data(), v.data(), kKv, context + r0 + b.rows, false, 0};
+    b.segments[0] = KVSegment::f32(k.data(), v.data(), kKv, context + r0 + b.rows, false, 0);
     b.n_segments = 1;
     blocks.push_back(b);
   }

@@ -6,6 +6,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "data_dir.hpp"
+#include "read_roof.hpp"
 #include "streamllm/loaders/convert.hpp"
 #include "streamllm/streamllm.hpp"
 
@@ -144,16 +146,13 @@ constexpr double prefill_matmul_params(double n) {
   return n * (matmul_params<Config>() - classifier) + classifier;
 }
 
-// This machine's limits, which the benchmarks report their rates against
-// (counters "read%" and "peak%"). The defaults are the reference figures of
-// the 2-core Zen 5 this project is measured on (issue 4): read bandwidth 43
-// GB/s on one thread and 86 on two (two-thread reads swing between ~40 and
-// ~86 with the host, so this is the best case); per thread FP32 FMA 272
-// GFLOP/s, BF16 dot 545 and INT8 VNNI 1092 GOP/s. On another machine, or to
-// compare with what the host gives today, measure them with
-// ../shared/tools/machine-limits (rd, peak) and set the variables below.
+// This machine's compute limits, which the benchmarks report their rates
+// against (counter "peak%"). The defaults are the reference figures of the
+// 2-core Zen 5 this project is measured on (issue 4): per thread FP32 FMA 272
+// GFLOP/s, BF16 dot 545 and INT8 VNNI 1092 GOP/s. On another machine measure
+// them with ../shared/tools/machine-limits/peak and set the variables below.
+// The read roof (counter "read%") is measured in the run itself: read_roof().
 struct MachineLimits {
-  double read_gbs_1t = 43, read_gbs_2t = 86;
   double fp32_gflops = 272, bf16_gflops = 545, vnni_gops = 1092;  // one thread
 };
 
@@ -170,8 +169,6 @@ inline double limit_from_env(const char* name, double fallback) {
 inline const MachineLimits& machine_limits() {
   static const MachineLimits limits = [] {
     MachineLimits m;
-    m.read_gbs_1t = limit_from_env("STREAMLLM_BENCH_READ_GBS_1T", m.read_gbs_1t);
-    m.read_gbs_2t = limit_from_env("STREAMLLM_BENCH_READ_GBS_2T", m.read_gbs_2t);
     m.fp32_gflops = limit_from_env("STREAMLLM_BENCH_FP32_GFLOPS", m.fp32_gflops);
     m.bf16_gflops = limit_from_env("STREAMLLM_BENCH_BF16_GFLOPS", m.bf16_gflops);
     m.vnni_gops = limit_from_env("STREAMLLM_BENCH_VNNI_GOPS", m.vnni_gops);
@@ -199,8 +196,45 @@ inline double compute_peak(ComputeUnit u, int threads) {
 }
 
 // Bytes are read at best at the roof of one thread, or of two (more threads
-// share the same two cores).
-inline double read_roof(int threads) { return threads <= 1 ? machine_limits().read_gbs_1t : machine_limits().read_gbs_2t; }
+// share the same two cores): the figure measured in this run (read_roof.hpp),
+// once per thread count on first use or again by a ReadRoof row
+// (register_read_roof), or STREAMLLM_BENCH_READ_GBS_1T / _2T where set.
+inline double& measured_read_roof(int threads) {
+  static double gbs[2] = {0, 0};
+  return gbs[threads <= 1 ? 0 : 1];
+}
+
+inline double read_roof(int threads) {
+  const char* name = threads <= 1 ? "STREAMLLM_BENCH_READ_GBS_1T" : "STREAMLLM_BENCH_READ_GBS_2T";
+  if (const double set = limit_from_env(name, 0); set > 0) return set;
+  double& gbs = measured_read_roof(threads);
+  if (gbs == 0) gbs = measure_read_bandwidth(threads <= 1 ? 1 : 2).best_gbs;
+  return gbs;
+}
+
+// ReadRoof/threads:1 and :2, first in the run: rd's measurement as rows of
+// their own (best and mean GB/s of six passes), which the read% of the rows
+// after them is taken against.
+inline void register_read_roof() {
+  benchmark::RegisterBenchmark("ReadRoof", [](benchmark::State& state) {
+    const int threads = static_cast<int>(state.range(0));
+    ReadBandwidth r;
+    for (auto _ : state) {
+      const auto t0 = std::chrono::steady_clock::now();
+      r = measure_read_bandwidth(threads);
+      state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    measured_read_roof(threads) = r.best_gbs;
+    state.counters["threads"] = threads;
+    state.counters["GB/s"] = r.best_gbs;
+    state.counters["mean GB/s"] = r.mean_gbs;
+  })
+      ->ArgName("threads")
+      ->Arg(1)
+      ->Arg(2)
+      ->UseManualTime()
+      ->Iterations(1);
+}
 
 // `bytes` read over the run: GB/s and that as a percentage of the read roof.
 inline void report_read(benchmark::State& state, double bytes, int threads) {
@@ -252,14 +286,29 @@ inline std::optional<streamllm::kernels::Isa> isa_from_env() {
   return want == "avx2" ? Isa::Avx2 : Isa::Portable;
 }
 
+// STREAMLLM_BENCH_DECODE_STREAMS=1 or 4: one token's AVX-512 int8 group
+// decode reads a thread's rows as one stream or as four prefetched ones, whichever this
+// CPU would take (kernels::decode_one_stream): the two compared on one CPU.
+inline std::optional<bool> decode_one_stream_from_env() {
+  const char* v = std::getenv("STREAMLLM_BENCH_DECODE_STREAMS");
+  if (!v || !*v) return std::nullopt;
+  const std::string want = v;
+  if (want != "1" && want != "4") throw streamllm::Error("STREAMLLM_BENCH_DECODE_STREAMS=" + want + ": expected 1 or 4");
+  return want == "1";
+}
+
 // main() of a benchmark binary whose benchmarks are registered at run time.
 inline int run_registered(int argc, char** argv, void (*register_all)()) {
   std::optional<streamllm::kernels::ScopedIsa> forced;  // for the whole run
   if (const auto isa = isa_from_env()) forced.emplace(*isa);
+  std::optional<streamllm::kernels::ScopedDecodeOneStream> streams;
+  if (const auto one = decode_one_stream_from_env()) streams.emplace(*one);
   register_all();
   benchmark::AddCustomContext("streamllm kernels", std::string(streamllm::kernels::to_string(streamllm::kernels::active_isa())) +
                                                        (streamllm::kernels::bf16_tiles() ? ", BF16 prefill in bf16 tiles"
-                                                                                         : ", BF16 prefill in f32 tiles"));
+                                                                                         : ", BF16 prefill in f32 tiles") +
+                                                       (streamllm::kernels::decode_one_stream() ? ", one decode stream a thread"
+                                                                                                : ", four decode streams a thread"));
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -5,10 +5,11 @@
 //
 // Counters: tok/s; decode GB/s = bytes of the weight matrices x tok/s;
 // prefill GFLOP/s = 2 x (layer matmul parameters x tokens + the classifier
-// once, for the last token) per second; read% and peak%: those as
-// a percentage of this machine's read roof and of the peak of the unit the
-// type's prefill runs on (bench_support.hpp; set the STREAMLLM_BENCH_* limits
-// to what ../shared/tools/machine-limits measures today).
+// once, for the last token) per second; read%: decode's GB/s as a share of
+// the read roof the ReadRoof rows measure first in the same run (rd's
+// read-sum, read_roof.hpp); peak%: prefill's as a share of the peak of the
+// unit the type's prefill runs on (bench_support.hpp; set the
+// STREAMLLM_BENCH_*_GOPS/GFLOPS limits to what machine-limits/peak measures).
 //
 //   bench_types --benchmark_filter='Q4_0'      (files go to $TMPDIR/streamllm-bench)
 #include <chrono>
@@ -101,6 +102,7 @@ void decode(benchmark::State& state, const std::string& type) {
 }
 
 void register_all() {
+  bench::register_read_roof();
   for (const char* t : {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k_m", "q5_k_m", "q5_0", "q3_k_m", "q2_k", "iq4_xs", "iq4_nl"}) {
     const std::string type = t;
     benchmark::RegisterBenchmark(("Prefill/" + type).c_str(), [type](benchmark::State& s) { prefill(s, type); })

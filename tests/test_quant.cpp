@@ -222,7 +222,12 @@ TEMPLATE_TEST_CASE("every row of the kernel table is complete, and its decode ke
         const auto weights = normal(static_cast<std::size_t>(rows * cols), 8, 0.05f);
         const Matrix m(t, weights, rows, cols), file(file_type, weights, rows, cols);
         const auto ucols = static_cast<std::size_t>(cols), urows = static_cast<std::size_t>(rows);
-        for (std::size_t n = 1; n <= row.decode_tokens; ++n) {
+        // Every count as the CPU reads rows, then one token's rows as the
+        // other choice does (four prefetched streams, or one: Zen 4).
+        const bool chosen = k::decode_one_stream();
+        for (std::size_t pass = 0; pass <= row.decode_tokens; ++pass) {
+          const std::size_t n = pass == row.decode_tokens ? 1 : pass + 1;
+          const k::ScopedDecodeOneStream streams(pass == row.decode_tokens ? !chosen : chosen);
           const auto x = normal(n * ucols, 9);
           std::vector<float> fast(n * urows), twin(fast.size());
           k::QuantizedActivations own;  // the row's layout
@@ -239,7 +244,7 @@ TEMPLATE_TEST_CASE("every row of the kernel table is complete, and its decode ke
           for (float v : twin) scale = std::max(scale, std::abs(v));
           REQUIRE(scale > 0);
           for (std::size_t i = 0; i < fast.size(); ++i) {
-            INFO("n " << n << " output " << i);
+            INFO("n " << n << (k::decode_one_stream() ? " (one stream)" : "") << " output " << i);
             REQUIRE(std::abs(fast[i] - twin[i]) <= 1e-5f * scale);
           }
         }
@@ -546,6 +551,7 @@ TEMPLATE_TEST_CASE("matmul_shared gives each matrix what matmul gives it, fused 
       {DType::Q4_0, DType::Q6_K, DType::Q8_0x16},
       {DType::Q4_0, DType::Q4_K, DType::Q8_0},
       {DType::IQ4_XS, DType::IQ4_NL, DType::IQ4_NL},
+      {DType::Q2_K, DType::Q3_K, DType::Q4_K},  // a Q2_K file's attention (mins per 16 and per 32 in one packing)
       {DType::IQ4_NL, DType::IQ4_NL, DType::Q6_K},  // on AVX2 quantised alike only among themselves
       {DType::Q4_0, DType::Q8_0, DType::F32}};
   {

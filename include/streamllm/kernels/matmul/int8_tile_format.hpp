@@ -40,7 +40,7 @@ struct Int8Format {
 using Int8Blocks = Int8Format<1, false>;  // Q8_0, Q4_0 (and the blocks past an interleaved row's last group)
 using Int8Q4K = Int8Format<1, true>;
 using Int8Q6K = Int8Format<2, false>;
-using Int8Q2K = Int8Format<2, true>;            // the AVX2 tiles only
+using Int8Q2K = Int8Format<2, true>;
 using Int8Groups = Int8Format<1, false, true>;  // Q8_0x16, Q4_0x16 (AVX-512)
 
 }  // namespace streamllm::kernels

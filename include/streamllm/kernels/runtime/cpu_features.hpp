@@ -30,6 +30,13 @@ struct CpuFeatures {
   // machine-limits/peak.c measures both), and there bf16 weights are faster
   // widened to f32 for the f32 tiles than multiplied as bf16 pairs.
   bool bf16_dot_full_rate = false;
+  // One token's AVX-512 int8 decode (Q8_0, Q4_0 and IQ4_NL in groups of 16
+  // blocks) reads a thread's rows as one sequential stream, without
+  // software prefetches: on Zen 4 (AMD family 19h) the hardware prefetcher
+  // keeps one stream fed faster than the four prefetched streams a Zen 5
+  // reads fastest (TinyLlama Q4_0 decode on one thread 42-49 against 30-33
+  // tok/s; docs/kernel-measurements.md).
+  bool decode_one_stream = false;
 };
 
 inline CpuFeatures detect_cpu_features() {
@@ -39,6 +46,7 @@ inline CpuFeatures detect_cpu_features() {
   if (!__get_cpuid(0, &a, &b, &c, &d)) return f;
   const bool amd = b == 0x68747541 && d == 0x69746E65 && c == 0x444D4163;  // "AuthenticAMD"
   if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const unsigned base_family = (a >> 8) & 0xF, family = base_family == 0xF ? base_family + ((a >> 20) & 0xFF) : base_family;
   const bool osxsave = (c >> 27) & 1;
   f.f16c = (c >> 29) & 1;
   if (!osxsave) return f;
@@ -55,6 +63,7 @@ inline CpuFeatures detect_cpu_features() {
   f.avx512_vbmi = f.avx512 && ((c >> 1) & 1);
   if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avx512_bf16 = f.avx512 && ((a >> 5) & 1);
   f.bf16_dot_full_rate = f.avx512_bf16 && amd;
+  f.decode_one_stream = f.avx512 && amd && family == 0x19;
 #endif
   return f;
 }
@@ -109,6 +118,10 @@ inline std::atomic<bool>& chosen_bf16_tiles() {
   static std::atomic<bool> use{detect_cpu_features().bf16_dot_full_rate};
   return use;
 }
+inline std::atomic<bool>& chosen_decode_one_stream() {
+  static std::atomic<bool> use{detect_cpu_features().decode_one_stream};
+  return use;
+}
 }  // namespace detail
 
 // The family the typed kernels take: best_isa(), unless a ScopedIsa chose another.
@@ -119,6 +132,12 @@ inline Isa active_isa() { return detail::chosen_isa().load(std::memory_order_rel
 // to f32 a block at a time) on the AVX-512 path: the faster on this CPU,
 // unless a ScopedBf16Tiles chose.
 inline bool bf16_tiles() { return detail::chosen_bf16_tiles().load(std::memory_order_relaxed); }
+
+// Whether one token's AVX-512 int8 group decode reads a thread's rows as one
+// stream without software prefetches, or as four prefetched streams: the
+// faster on this CPU (CpuFeatures::decode_one_stream), unless a
+// ScopedDecodeOneStream chose.
+inline bool decode_one_stream() { return detail::chosen_decode_one_stream().load(std::memory_order_relaxed); }
 
 // For the life of this object the kernels take `isa`: a test of one family
 // against another, a benchmark of a slower one. One a CPU lacks is an Error.
@@ -139,16 +158,22 @@ class ScopedIsa {
   Isa saved_;
 };
 
-// The same for the bf16 tiles' choice.
-class ScopedBf16Tiles {
+// The same for a choice made once per CPU (Choice: its flag), to measure or
+// test the other way on this one.
+template <std::atomic<bool>& (*Choice)()>
+class ScopedChoice {
  public:
-  explicit ScopedBf16Tiles(bool on) : saved_(bf16_tiles()) { detail::chosen_bf16_tiles().store(on, std::memory_order_relaxed); }
-  ~ScopedBf16Tiles() { detail::chosen_bf16_tiles().store(saved_, std::memory_order_relaxed); }
-  ScopedBf16Tiles(const ScopedBf16Tiles&) = delete;
-  ScopedBf16Tiles& operator=(const ScopedBf16Tiles&) = delete;
+  explicit ScopedChoice(bool on) : saved_(Choice().load(std::memory_order_relaxed)) {
+    Choice().store(on, std::memory_order_relaxed);
+  }
+  ~ScopedChoice() { Choice().store(saved_, std::memory_order_relaxed); }
+  ScopedChoice(const ScopedChoice&) = delete;
+  ScopedChoice& operator=(const ScopedChoice&) = delete;
 
  private:
   bool saved_;
 };
+using ScopedBf16Tiles = ScopedChoice<detail::chosen_bf16_tiles>;
+using ScopedDecodeOneStream = ScopedChoice<detail::chosen_decode_one_stream>;
 
 }  // namespace streamllm::kernels

@@ -392,8 +392,9 @@ STREAMLLM_AVX512 inline void gemv_int8_row_groups(const std::byte* w, std::size_
 // one core keeps more lines in flight than on one stream (four, as the
 // float kernels: eight were no faster, and leave more rows over). Each
 // group's activations are loaded once for all the streams. The blocks past the last group and the
-// rows past the equal parts go to the kernels above.
-template <class Row, std::size_t kStream = 4>
+// rows past the equal parts go to the kernels above. Where decode_one_stream()
+// (Zen 4), one stream and no software prefetch: kStream 1, kPrefetch false.
+template <class Row, std::size_t kStream = 4, bool kPrefetch = true>
 STREAMLLM_AVX512 inline void gemv_int8_streams(std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
                                                const QuantizedActivations* xa, float* y) {
   using Block = typename Row::Block;
@@ -421,7 +422,7 @@ STREAMLLM_AVX512 inline void gemv_int8_streams(std::size_t r0, std::size_t r1, c
 #pragma GCC unroll 8
       for (std::size_t s = 0; s < kStream; ++s) {
         const std::byte* group = row[s] + G * kGroupBytes;
-        prefetch_ahead(group + kInt8PrefetchBytes, kGroupBytes);
+        if constexpr (kPrefetch) prefetch_ahead(group + kInt8PrefetchBytes, kGroupBytes);
         __m512i wq[8];
         const __m512 dw = Row::load_group16(reinterpret_cast<const Block*>(group), wq);
         __m512i even = xsum, odd = _mm512_setzero_si512();  // two chains: 8 vpdpbusd in a row
@@ -459,7 +460,9 @@ STREAMLLM_AVX512 inline void gemv_int8_streams(std::size_t r0, std::size_t r1, c
 template <class Row>
 STREAMLLM_AVX512 inline void gemv_int8_rows(std::size_t r0, std::size_t r1, const std::byte* w, std::size_t row_bytes,
                                             const QuantizedActivations* xa, std::size_t n, float* y, std::size_t ldy) {
-  if (n == 1) return gemv_int8_streams<Row>(r0, r1, w, row_bytes, xa, y);
+  if (n == 1)
+    return decode_one_stream() ? gemv_int8_streams<Row, 1, false>(r0, r1, w, row_bytes, xa, y)
+                               : gemv_int8_streams<Row>(r0, r1, w, row_bytes, xa, y);
   const std::size_t nb = xa->blocks, groups = xa->groups, grouped = 16 * groups;
   constexpr std::size_t kActivationBytes = 24 << 10, kGroupBytes = 512 + 2 * 16 * 4;
   for (std::size_t t0 = 0; t0 < n; t0 += 8) {  // past 8 tokens, the rows come again from L2

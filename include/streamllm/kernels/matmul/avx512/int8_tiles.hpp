@@ -1,5 +1,5 @@
 // Int8 tiled matrix-matrix product (prefill) for Q8_0, Q4_0, Q4_1, Q5_0,
-// Q5_1, Q4_K, Q5_K, Q6_K, Q3_K, IQ4_NL and IQ4_XS weights, with AVX512-VNNI: vpdpbusd multiplies 64 byte pairs per
+// Q5_1, Q4_K, Q5_K, Q6_K, Q3_K, Q2_K, IQ4_NL and IQ4_XS weights, with AVX512-VNNI: vpdpbusd multiplies 64 byte pairs per
 // instruction, twice the work of a bf16 dot, so quantised prefill runs on the
 // integer units instead of dequantising to bf16 or f32.
 //
@@ -10,15 +10,17 @@
 //     scale max|x| / 127), stored as unsigned q + 128, so the weights can be
 //     the signed operand and be broadcast straight from memory;
 //   weights: a block of rows unpacked once into signed int8 (Q4_0 nibbles
-//     minus 8, Q5_0 quants minus 16, Q4_1 / Q5_1 / Q4_K / Q5_K quants, Q6_K
-//     quants minus 32, Q3_K minus 4, IQ4's levels) with their scales and -128 x each block's sum of
-//     quants, which starts each integer sum and cancels the +128 of the
-//     activations.
+//     minus 8, Q5_0 quants minus 16, Q4_1 / Q5_1 / Q4_K / Q5_K / Q2_K
+//     quants, Q6_K quants minus 32, Q3_K minus 4, IQ4's levels) with their
+//     scales and -128 x each block's sum of quants, which starts each
+//     integer sum and cancels the +128 of the activations.
 // The K-quants keep their own scales, so the products are exact in the
 // weights: Q6_K's sub-blocks of 16 take a scale per half block (Int8Format's
 // split), and Q4_K's (and Q5_K's) affine offset (-dmin m per sub-block of 32) multiplies
 // the activation block's sum, d x sum of its quants, packed beside its scales;
-// so does Q4_1's and Q5_1's m.
+// so does Q4_1's and Q5_1's m, and Q2_K's -dmin m per sub-block of 16 the
+// sums of the block's halves (the first half's packed too, the second's the
+// difference).
 #pragma once
 
 #include "streamllm/kernels/matmul/avx512/int8_blocks.hpp"
@@ -54,11 +56,14 @@ STREAMLLM_BEGIN_AVX512_INTRINSICS
 namespace streamllm::kernels::avx512 {
 
 // Packed activations of one group of 32 tokens, per 32-block of k: eight
-// quads of 32 tokens x 4 unsigned bytes (1024 B), the 32 scales d, then the
-// 32 products d x (sum of the block's quants), which Q4_K's mins multiply.
+// quads of 32 tokens x 4 unsigned bytes (1024 B), the 32 scales d, the 32
+// products d x (sum of the block's quants), which Q4_K's mins multiply, and
+// d x (sum of its first 16 quants), for Q2_K's mins per 16.
 inline constexpr std::size_t kInt8Tok = 32;
 inline constexpr std::size_t kInt8QuadBytes = 8 * kInt8Tok * 4;
-inline constexpr std::size_t kInt8BlockBytes = kInt8QuadBytes + 2 * kInt8Tok * sizeof(float);
+inline constexpr std::size_t kInt8ScalesAt = kInt8QuadBytes, kInt8SumsAt = kInt8ScalesAt + kInt8Tok * sizeof(float),
+                             kInt8HalfSumsAt = kInt8SumsAt + kInt8Tok * sizeof(float);
+inline constexpr std::size_t kInt8BlockBytes = kInt8HalfSumsAt + kInt8Tok * sizeof(float);
 
 // The weight rows' layout: Int8Format (int8_tile_format.hpp).
 
@@ -109,8 +114,8 @@ STREAMLLM_AVX512 inline void gemm_int8_micro(const std::byte* w, std::size_t ldw
   for (std::size_t b = 0; b < nb; ++b) {
     prefetch_line_of_rows(next, MR, b);  // the rows' next slice, a line a block
     const std::uint8_t* xb = xp + b * kInt8BlockBytes;
-    const __m512 dx0 = _mm512_load_ps(reinterpret_cast<const float*>(xb + kInt8QuadBytes));
-    const __m512 dx1 = _mm512_load_ps(reinterpret_cast<const float*>(xb + kInt8QuadBytes + 64));
+    const __m512 dx0 = _mm512_load_ps(reinterpret_cast<const float*>(xb + kInt8ScalesAt));
+    const __m512 dx1 = _mm512_load_ps(reinterpret_cast<const float*>(xb + kInt8ScalesAt + 64));
     for (std::size_t h = 0; h < kSplit; ++h) {
       const std::size_t s = Format::scale_index(b, h);
       // Two integer chains per accumulator where a scale covers eight quads
@@ -149,14 +154,26 @@ STREAMLLM_AVX512 inline void gemm_int8_micro(const std::byte* w, std::size_t ldw
       }
     }
     if constexpr (Format::kMins) {
+      // Each part's min times the tokens' d x sum over that part: the whole
+      // block's sum, or (Split 2) the first half's and the rest.
       const std::byte* mins = w + Format::mins_at(kc);
-      const __m512 sx0 = _mm512_load_ps(reinterpret_cast<const float*>(xb + kInt8QuadBytes + 128));
-      const __m512 sx1 = _mm512_load_ps(reinterpret_cast<const float*>(xb + kInt8QuadBytes + 192));
-      for (std::size_t i = 0; i < MR; ++i) {
-        const __m512 mw = _mm512_set1_ps(load_f32(mins + i * ldw + 4 * b));
-        acc0[i] = _mm512_fmadd_ps(mw, sx0, acc0[i]);
-        acc1[i] = _mm512_fmadd_ps(mw, sx1, acc1[i]);
+      const auto* sums = reinterpret_cast<const float*>(xb + kInt8SumsAt);
+      const auto* half_sums = reinterpret_cast<const float*>(xb + kInt8HalfSumsAt);
+      __m512 sx0[kSplit], sx1[kSplit];
+      sx0[0] = _mm512_load_ps(sums);
+      sx1[0] = _mm512_load_ps(sums + 16);
+      if constexpr (kSplit == 2) {
+        sx0[1] = _mm512_sub_ps(sx0[0], _mm512_load_ps(half_sums));
+        sx1[1] = _mm512_sub_ps(sx1[0], _mm512_load_ps(half_sums + 16));
+        sx0[0] = _mm512_load_ps(half_sums);
+        sx1[0] = _mm512_load_ps(half_sums + 16);
       }
+      for (std::size_t h = 0; h < kSplit; ++h)
+        for (std::size_t i = 0; i < MR; ++i) {
+          const __m512 mw = _mm512_set1_ps(load_f32(mins + i * ldw + 4 * Format::scale_index(b, h)));
+          acc0[i] = _mm512_fmadd_ps(mw, sx0[h], acc0[i]);
+          acc1[i] = _mm512_fmadd_ps(mw, sx1[h], acc1[i]);
+        }
     }
   }
   if (y) {
@@ -199,18 +216,20 @@ STREAMLLM_AVX512 inline void pack_group_int8(const float* x, std::size_t ldx, st
   for (std::size_t b = 0; b < nb; ++b) {
     std::uint8_t* blk = dst + b * kInt8BlockBytes;
     for (std::size_t t = 0; t < kInt8Tok; ++t) {
-      float d = 0, dsum = 0;
+      float d = 0, dsum = 0, dhalf = 0;
       if (t < valid) {
         const auto [scale, sum] = quantize_block_avx512(x + (g * kInt8Tok + t) * ldx + 32 * b, q);
         d = scale;
         dsum = scale * static_cast<float>(sum);
+        dhalf = scale * static_cast<float>(sum_i8x16(_mm_load_si128(reinterpret_cast<const __m128i*>(q))));
       } else {
         std::memset(q, 0, 32);
       }
       const __m256i v = _mm256_xor_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(q)), offset);
       _mm256_i32scatter_epi32(blk + 4 * t, quad_index, v, 4);
-      std::memcpy(blk + kInt8QuadBytes + 4 * t, &d, 4);
-      std::memcpy(blk + kInt8QuadBytes + 128 + 4 * t, &dsum, 4);
+      std::memcpy(blk + kInt8ScalesAt + 4 * t, &d, 4);
+      std::memcpy(blk + kInt8SumsAt + 4 * t, &dsum, 4);
+      std::memcpy(blk + kInt8HalfSumsAt + 4 * t, &dhalf, 4);
     }
   }
 }
@@ -257,14 +276,17 @@ STREAMLLM_AVX512 inline void unpack_q4k(const Block& blk, std::int8_t* q, std::b
   }
 }
 
-// A super-block of sub-blocks of 16 (Q6_K, Q3_K: a Format of
-// super_blocks.hpp) as Int8Q6K lays it out: the quants less their offset
-// (signed bytes), the scales and the corrections per sub-block (16 each).
+// A super-block of sub-blocks of 16 (Q6_K, Q3_K, Q2_K: a Format of
+// super_blocks.hpp) as Int8Q6K (Int8Q2K) lays it out: the quants less their
+// offset (signed bytes), the scales and the corrections per sub-block (16
+// each), and for Q2_K its -dmin m per sub-block.
 template <class Format>
 STREAMLLM_AVX512 inline void unpack_sub_blocks16(const typename Format::Block& blk, std::int8_t* q, std::byte* scales,
-                                                 std::byte* corrections) {
-  static_assert(Format::kSubBlock == 16 && !Format::kMins);
+                                                 std::byte* corrections, std::byte* mins = nullptr) {
+  static_assert(Format::kSubBlock == 16);
   _mm512_storeu_ps(reinterpret_cast<float*>(scales), Format::scales(blk));
+  if constexpr (Format::kMins)
+    _mm512_storeu_ps(reinterpret_cast<float*>(mins), _mm512_sub_ps(_mm512_setzero_ps(), Format::mins(blk)));
   __m512i v[4];
   Format::quants(blk, v);
   for (std::size_t i = 0; i < 4; ++i) {
@@ -361,7 +383,7 @@ STREAMLLM_AVX512 inline void unpack_each(const std::byte* src, std::size_t kc, U
 }
 
 // The super-blocks of `kc` columns of a super-block row: Q4_K and Q5_K as
-// Int8Q4K, Q6_K and Q3_K as Int8Q6K, IQ4_XS as Int8Blocks. The type is
+// Int8Q4K, Q6_K and Q3_K as Int8Q6K, Q2_K as Int8Q2K, IQ4_XS as Int8Blocks. The type is
 // chosen once per row, not per super-block: a choice inside the loop was
 // measurably slower.
 STREAMLLM_AVX512 inline void unpack_kquants(DType type, const std::byte* src, std::size_t kc, std::int8_t* q, std::byte* scales,
@@ -380,6 +402,10 @@ STREAMLLM_AVX512 inline void unpack_kquants(DType type, const std::byte* src, st
       return unpack_each<quant::BlockQ3K>(src, kc, [&](const quant::BlockQ3K& b, std::size_t s) {
         unpack_sub_blocks16<Q3KFormat>(b, q + 256 * s, scales + 64 * s, corrections + 64 * s);
       });
+    case DType::Q2_K:
+      return unpack_each<quant::BlockQ2K>(src, kc, [&](const quant::BlockQ2K& b, std::size_t s) {
+        unpack_sub_blocks16<Q2KFormat>(b, q + 256 * s, scales + 64 * s, corrections + 64 * s, mins + 64 * s);
+      });
     default:  // IQ4_XS
       return unpack_each<quant::BlockIQ4XS>(src, kc, [&](const quant::BlockIQ4XS& b, std::size_t s) {
         unpack_super_block32<IQ4XSFormat>(b, q + 256 * s, scales + 32 * s, corrections + 32 * s);
@@ -389,8 +415,8 @@ STREAMLLM_AVX512 inline void unpack_kquants(DType type, const std::byte* src, st
 
 // Rows of quantised weights unpacked a block at a time into Format's layout
 // (the int8 tiles): Q8_0, Q4_0, Q5_0, IQ4_NL and IQ4_XS as Int8Blocks (the
-// interleaved rows have tiles of their own: group_tiles.hpp), Q4_1, Q5_1, Q4_K and Q5_K as Int8Q4K, Q6_K and Q3_K
-// as Int8Q6K. (Q2_K's mins per 16 fit none: it takes the f32 tiles.)
+// interleaved rows have tiles of their own: group_tiles.hpp), Q4_1, Q5_1,
+// Q4_K and Q5_K as Int8Q4K, Q6_K and Q3_K as Int8Q6K, Q2_K as Int8Q2K.
 template <class Format>
 struct Int8Rows {
   const TensorView* w;
@@ -400,10 +426,11 @@ struct Int8Rows {
   void check_slice(std::size_t k0, std::size_t kc) const {
     const DType type = w->type;
     const bool affine = type == DType::Q4_K || type == DType::Q5_K || type == DType::Q4_1 || type == DType::Q5_1;
-    const bool fits = affine                                               ? std::is_same_v<Format, Int8Q4K>
-                      : type == DType::Q6_K || type == DType::Q3_K         ? std::is_same_v<Format, Int8Q6K>
-                      : type == DType::Q2_K || quant::is_interleaved(type) ? false
-                                                                           : std::is_same_v<Format, Int8Blocks>;
+    const bool fits = affine                                       ? std::is_same_v<Format, Int8Q4K>
+                      : type == DType::Q6_K || type == DType::Q3_K ? std::is_same_v<Format, Int8Q6K>
+                      : type == DType::Q2_K                        ? std::is_same_v<Format, Int8Q2K>
+                      : quant::is_interleaved(type)                ? false
+                                                                   : std::is_same_v<Format, Int8Blocks>;
     const bool super_blocks = traits(type).block_elems == 256;
     if (!fits || (super_blocks && (k0 % 256 != 0 || kc % 256 != 0)))
       throw Error("Int8Rows: " + std::string(dtype_name(w->type)) + " rows at columns [" + std::to_string(k0) + ", " +
@@ -431,6 +458,7 @@ struct Int8Rows {
         case DType::Q5_K:
         case DType::Q6_K:
         case DType::Q3_K:
+        case DType::Q2_K:
         case DType::IQ4_XS: unpack_kquants(type, src, kc, q, scales, corrections, mins); break;
         default: unpack_blocks32(type, src, nb, q, scales, corrections); break;
       }
@@ -451,8 +479,8 @@ struct GemmInt8 {
   using Weight = std::byte;
   static constexpr std::size_t kTok = kInt8Tok;
   static constexpr std::size_t kRows = 4;  // 16 accumulators (8 integer, 8 float): measured faster than 5 or 6
-  // A token slice of 512 k: 16 blocks x 1280 B = 20 KB in L1; a weight block
-  // of 64 rows x 640-768 B = 40-48 KB in L2.
+  // A token slice of 512 k: 16 blocks x 1408 B = 22 KB in L1; a weight block
+  // of 64 rows x 640-832 B = 40-52 KB in L2.
   static constexpr std::size_t kKc = 512;
   static constexpr std::size_t kMc = 16 * kRows;
 

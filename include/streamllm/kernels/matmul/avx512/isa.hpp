@@ -23,6 +23,7 @@
 #include "streamllm/core/dtype.hpp"
 #include "streamllm/kernels/matmul/activations_q8.hpp"
 #include "streamllm/kernels/matmul/gemm.hpp"
+#include "streamllm/kernels/runtime/cpu_features.hpp"
 #include "streamllm/kernels/runtime/token_count.hpp"
 #include "streamllm/kernels/simd/avx512_warnings.hpp"
 #include "streamllm/quant/blocks.hpp"
@@ -43,6 +44,13 @@ STREAMLLM_AVX512 inline float hsum(__m512 v) {
   q = _mm_add_ps(q, _mm_movehl_ps(q, q));
   q = _mm_add_ss(q, _mm_movehdup_ps(q));
   return _mm_cvtss_f32(q);
+}
+
+// Sum of 16 signed bytes: vpsadbw sums unsigned bytes in groups of 8, so
+// flip the sign bits (+128 each) and take 16 x 128 back.
+STREAMLLM_AVX512 inline std::int32_t sum_i8x16(__m128i v) {
+  const __m128i s = _mm_sad_epu8(_mm_xor_si128(v, _mm_set1_epi8(static_cast<char>(0x80))), _mm_setzero_si128());
+  return static_cast<std::int32_t>(_mm_cvtsi128_si64(s) + _mm_extract_epi64(s, 1)) - 16 * 128;
 }
 
 // Decode streams the weights once, front to back. The int8 kernels of

@@ -9,7 +9,7 @@
 // rows) or 48 in passes of 16, the others up to 4. Prefill: the int8 tiles
 // (32 tokens a group; a rest after whole groups that the decode kernel takes
 // at once goes to it; interleaved rows unpacked in their groups' order) for
-// every quantised type but Q2_K (f32 tiles); BF16 on the bf16
+// every quantised type; BF16 on the bf16
 // tiles where vdpbf16ps is full rate (bf16_tiles(): AMD), elsewhere (Intel)
 // with F32 and F16 on the f32 tiles, rows widened a block at a time.
 #pragma once
@@ -226,14 +226,7 @@ inline constexpr MatmulKernel kRows[] = {
     int8_row<Int8Q4K>(DType::Q5_K, decode_kquant, portable::gemv_kquant_int8),
     int8_row<Int8Q6K>(DType::Q6_K, decode_kquant, portable::gemv_kquant_int8),
     int8_row<Int8Q6K>(DType::Q3_K, decode_super_blocks<Q3KFormat>, portable::gemv_low_bit_kquant),
-    {.type = DType::Q2_K,  // its mins per 16 fit no int8 tile format: the f32 tiles
-     .isa = Isa::Avx512Bf16Vnni,
-     .decode = decode_super_blocks<Q2KFormat>,
-     .decode_tokens = kMaxGemvTokens,
-     .activations = ActivationLayout::Int8Blocks,
-     .quantize = quantize_tokens,
-     .twin = portable::gemv_low_bit_kquant,
-     .prefill = kF32Tiles},
+    int8_row<Int8Q2K>(DType::Q2_K, decode_super_blocks<Q2KFormat>, portable::gemv_low_bit_kquant),
     int8_row<Int8Blocks>(DType::IQ4_XS, decode_super_blocks<IQ4XSFormat>, portable::gemv_iq4),
     group_row<IQ4NLRow>(DType::IQ4_NL, portable::gemv_iq4, ActivationLayout::Int8GroupsQ8_0),
 };
