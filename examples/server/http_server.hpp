@@ -55,7 +55,11 @@ struct HttpOptions {
 template <class Service>
 class HttpServer {
  public:
-  HttpServer(Service& service, HttpOptions opt) : service_(&service), opt_(std::move(opt)), acceptor_(ioc_) {}
+  // The acceptor has a strand of its own: close_listener() runs on it, so a
+  // close never meets an accept's completion on another I/O thread (which
+  // would re-arm an acceptor being torn down).
+  HttpServer(Service& service, HttpOptions opt)
+      : service_(&service), opt_(std::move(opt)), acceptor_(net::make_strand(ioc_)) {}
   ~HttpServer() { stop(); }
 
   // Binds and listens; returns the port.
@@ -80,7 +84,7 @@ class HttpServer {
 
   // Stops accepting: the requests in progress go on until stop().
   void close_listener() {
-    net::post(ioc_, [this] {
+    net::post(acceptor_.get_executor(), [this] {
       beast::error_code ec;
       acceptor_.close(ec);
     });
@@ -106,6 +110,7 @@ class HttpServer {
     return res;
   }
 
+  // Completes on the acceptor's strand; the new socket gets a strand of its own.
   void accept() {
     acceptor_.async_accept(net::make_strand(ioc_), [this](beast::error_code ec, tcp::socket socket) {
       if (ec) {
@@ -299,10 +304,12 @@ class HttpServer {
 
   Service* service_;
   HttpOptions opt_;
-  net::io_context ioc_;
-  tcp::acceptor acceptor_;
+  // Before the context: sessions still queued in it count themselves out
+  // when it is destroyed.
   std::atomic<std::size_t> connections_ = 0;
   std::atomic<int> busy_ = 0;  // exchanges being answered
+  net::io_context ioc_;
+  tcp::acceptor acceptor_;
 };
 
 }  // namespace server
