@@ -314,6 +314,18 @@ TEST_CASE("activations with one scale per 256 share it across a super-block and 
     // Row 1's large value coarsens its own super-block's scale only.
     REQUIRE(a.d_row(1)[8] == 40.0f / limit);
     REQUIRE(a.d_row(1)[0] < 40.0f / limit / 4);
+#ifdef STREAMLLM_HAVE_AVX512_KERNELS
+    // The AVX-512 K-quant rows' vector twin (limit 127): the same bytes.
+    if (limit == 127.0f && test::cpu_runs(k::Isa::Avx512Bf16Vnni)) {
+      k::QuantizedActivations v;
+      k::avx512::quantize_activations_per_256_avx512(x.data(), ldx, rows, cols, v);
+      for (std::size_t i = 0; i < rows * cols; ++i) REQUIRE(v.q[i] == a.q[i]);
+      for (std::size_t i = 0; i < rows * a.blocks; ++i) {
+        REQUIRE(v.sum[i] == a.sum[i]);
+        REQUIRE((v.d[i] == a.d[i] || (std::isnan(v.d[i]) && std::isnan(a.d[i]))));
+      }
+    }
+#endif
   }
 }
 

@@ -1,4 +1,4 @@
-// AVX-512 decode of K-quant rows (Q4_K, Q5_K, Q6_K) against int8 activations (VNNI).
+// AVX-512: Q4_K, Q5_K and Q6_K super-blocks unpacked; Q5_K and Q6_K decode against int8 activations (VNNI).
 #pragma once
 
 #include "streamllm/kernels/matmul/avx512/super_blocks.hpp"
@@ -8,17 +8,21 @@ STREAMLLM_BEGIN_AVX512_INTRINSICS
 
 namespace streamllm::kernels::avx512 {
 
-// ---- K-quants x int8 activations (VNNI) ------------------------------------------
+// The K-quants' super-blocks unpacked (for the int8 tiles, int8_tiles.hpp,
+// and Q4_K as a format of super_blocks_per_256.hpp), and the decode kernel
+// of Q5_K and Q6_K against activations with a scale per 32 (the activations'
+// error with one scale per 256 would raise theirs by a quarter and two
+// thirds: avx512/rows.hpp).
 //
-// A super-block's quants made unsigned bytes in element order, four vectors of
-// 64, for vpdpbusd against the token's int8 activations; each int32 lane (4
-// elements) is then scaled by its sub-block's scale times its activation
-// block's scale (d_lanes: 8 lanes per block of 32).
-// Q4_K: x = d sc q - dmin m, q in [0, 16): the mins' part is, per sub-block,
-// dmin m times the activation block's d * sum, eight per super-block. Q5_K
-// is Q4_K with q in [0, 32).
-// Q6_K: x = d sc (q - 32), q in [0, 64), sub-blocks of 16 (four lanes): the
-// offset is taken back per lane, 32 times the sum of its 4 activations.
+// Q5_K and Q6_K decode: a super-block's quants made unsigned bytes in
+// element order, four vectors of 64, for vpdpbusd against the token's int8
+// activations; each int32 lane (4 elements) is then scaled by its
+// sub-block's scale times its activation block's scale (d_lanes: 8 lanes
+// per block of 32). Q5_K: x = d sc q - dmin m, q in [0, 32): the mins' part
+// is, per sub-block, dmin m times the activation block's d * sum, eight per
+// super-block. Q6_K: x = d sc (q - 32), q in [0, 64), sub-blocks of 16 (four
+// lanes): the offset is taken back per lane, 32 times the sum of its 4
+// activations.
 
 // The 8 scales (times d, in lanes 0-7) and mins (times dmin) of a Q4_K or
 // Q5_K block, from their 6-bit packing.
@@ -82,10 +86,38 @@ struct Q6KFormat {
   STREAMLLM_AVX512 static void quants(const Block& b, __m512i (&u)[4]) { q6k_quants(b, u); }
 };
 
-// Lane l of vector v of a super-block lies in Q4_K / Q5_K sub-block 2v + l / 8
+// Q4_K as a super-block format of super_blocks_per_256.hpp: sub-blocks of
+// 32, x = d sc q - dmin m; its nibbles as loaded (64 bytes, two chunks of
+// qs: low nibbles, then high), elements 0-31 64-95 | 32-63 96-127 | 128-159
+// 192-223 | 160-191 224-255, in pieces of 16.
+struct Q4KFormat {
+  using Block = quant::BlockQ4K;
+  static constexpr int kSubBlock = 32, kOffset = 0;
+  static constexpr bool kMins = true;
+  static constexpr int kPieces[16] = {0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15};
+  STREAMLLM_AVX512 static float d(const Block& b) { return _cvtsh_ss(b.d); }
+  STREAMLLM_AVX512 static float dmin(const Block& b) { return _cvtsh_ss(b.dmin); }
+  STREAMLLM_AVX512 static void scales_i16(const Block& b, __m256i& scales, __m256i& mins) {
+    const quant::Q4KScalesMins p = quant::q4k_scales_mins_bytes(b.scales);
+    scales = _mm256_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(p.scales)));
+    mins = _mm256_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(p.mins)));
+  }
+  STREAMLLM_AVX512 static void piece_quants(const Block& b, __m512i (&u)[4]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    for (int p = 0; p < 2; ++p) {
+      const __m512i a = _mm512_loadu_si512(b.qs + 64 * p);
+      u[2 * p] = _mm512_and_si512(a, m4);
+      u[2 * p + 1] = _mm512_and_si512(_mm512_srli_epi16(a, 4), m4);
+    }
+  }
+};
+
+// Lane l of vector v of a super-block lies in Q5_K sub-block 2v + l / 8
 // and in Q6_K sub-block 4v + l / 4: the scale each lane takes.
 STREAMLLM_AVX512 inline __m512i kquant_lane_scale_index(DType t, int v) {
-  return sub_block_lane_index(t == DType::Q6_K ? 16 : 32, v);
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  return t == DType::Q6_K ? _mm512_add_epi32(_mm512_set1_epi32(4 * v), _mm512_srli_epi32(lane, 2))
+                          : _mm512_add_epi32(_mm512_set1_epi32(2 * v), _mm512_srli_epi32(lane, 3));
 }
 
 // Row r of a K-quant matrix against NT tokens' int8 activations; index[v]
@@ -95,8 +127,9 @@ STREAMLLM_AVX512 inline __m512i kquant_lane_scale_index(DType t, int v) {
 template <DType T, int NT>
 STREAMLLM_AVX512 inline void gemv_kquant_int8_row(const std::byte* w, std::size_t row_bytes, const QuantizedActivations& xa,
                                                   const __m512i (&index)[4], float* y, std::size_t ldy, std::size_t r) {
-  constexpr bool q4k = T != DType::Q6_K;  // Q4_K or Q5_K: affine, sub-blocks of 32
-  using Block = std::conditional_t<T == DType::Q4_K, quant::BlockQ4K, std::conditional_t<q4k, quant::BlockQ5K, quant::BlockQ6K>>;
+  static_assert(T == DType::Q5_K || T == DType::Q6_K, "Q4_K decodes in super_blocks_per_256.hpp");
+  constexpr bool q4k = T == DType::Q5_K;  // affine, sub-blocks of 32, as Q4_K
+  using Block = std::conditional_t<q4k, quant::BlockQ5K, quant::BlockQ6K>;
   const __m512i offset = _mm512_set1_epi8(32);
   // Two accumulators a token (even and odd vectors of a super-block): one
   // would chain four FMA latencies per super-block, which one token's Q4_K
@@ -116,10 +149,7 @@ STREAMLLM_AVX512 inline void gemv_kquant_int8_row(const std::byte* w, std::size_
     __m256 mins = _mm256_setzero_ps();
     if constexpr (q4k) {
       q4k_scales_mins(b, scales, mins);
-      if constexpr (T == DType::Q4_K)
-        q4k_quants(b.qs, q);
-      else
-        q5k_quants(b, q);
+      q5k_quants(b, q);
     } else {
       scales =
           _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b.d)),
@@ -154,9 +184,7 @@ STREAMLLM_AVX512 inline void gemv_kquant_int8_rows(DType t, std::size_t r0, std:
                                                    std::size_t ldy) {
   const __m512i index[4] = {kquant_lane_scale_index(t, 0), kquant_lane_scale_index(t, 1), kquant_lane_scale_index(t, 2),
                             kquant_lane_scale_index(t, 3)};
-  if (t == DType::Q4_K)
-    for (std::size_t r = r0; r < r1; ++r) gemv_kquant_int8_row<DType::Q4_K, NT>(w, row_bytes, xa, index, y, ldy, r);
-  else if (t == DType::Q5_K)
+  if (t == DType::Q5_K)
     for (std::size_t r = r0; r < r1; ++r) gemv_kquant_int8_row<DType::Q5_K, NT>(w, row_bytes, xa, index, y, ldy, r);
   else
     for (std::size_t r = r0; r < r1; ++r) gemv_kquant_int8_row<DType::Q6_K, NT>(w, row_bytes, xa, index, y, ldy, r);

@@ -38,6 +38,14 @@ struct Q2KFormat {
   STREAMLLM_AVX512 static void quants(const Block& b, __m512i (&u)[4]) {
     for (int v = 0; v < 4; ++v) u[v] = low2_bits(b.qs, v);
   }
+  // For the kernel of super_blocks_per_256.hpp.
+  STREAMLLM_AVX512 static float d(const Block& b) { return _cvtsh_ss(b.d); }
+  STREAMLLM_AVX512 static float dmin(const Block& b) { return _cvtsh_ss(b.dmin); }
+  STREAMLLM_AVX512 static void scales_i16(const Block& b, __m256i& scales, __m256i& mins) {
+    const __m256i packed = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
+    scales = _mm256_and_si256(packed, _mm256_set1_epi16(0xF));
+    mins = _mm256_srli_epi16(packed, 4);
+  }
 };
 
 struct Q3KFormat {
@@ -60,6 +68,19 @@ struct Q3KFormat {
         _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutexvar_epi32(high_at, bytes), high_shift), _mm512_set1_epi32(3));
     const __m512i sc = _mm512_sub_epi32(_mm512_or_si512(low, _mm512_slli_epi32(high, 4)), _mm512_set1_epi32(32));
     return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b.d)), _mm512_cvtepi32_ps(sc));
+  }
+  STREAMLLM_AVX512 static float d(const Block& b) { return _cvtsh_ss(b.d); }
+  // The scales less 32 (-32..31) as int16, from quant::q3k_scales_i8's bytes.
+  STREAMLLM_AVX512 static void scales_i16(const Block& b, __m256i& scales, __m256i&) {
+    const __m128i v = _mm_maskz_loadu_epi8(0x0FFF, b.scales), m4 = _mm_set1_epi8(0xF);
+    const __m128i low = _mm_unpacklo_epi64(_mm_and_si128(v, m4), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
+    // Bits 2(j / 4) of byte 8 + j % 4, which sits at byte j % 8 of high_bytes'
+    // qword j / 8, moved to bits 4-5: vpmultishiftqb takes each output byte's
+    // 8 bits from any offset of its qword (rotating), here 8(j % 8) + 2(j / 4) - 4.
+    const __m128i high_bytes = _mm_shuffle_epi8(v, _mm_set_epi8(11, 10, 9, 8, 11, 10, 9, 8, 11, 10, 9, 8, 11, 10, 9, 8));
+    const __m128i shifts = _mm_set_epi8(58, 50, 42, 34, 24, 16, 8, 0, 54, 46, 38, 30, 20, 12, 4, 60);
+    const __m128i high = _mm_and_si128(_mm_multishift_epi64_epi8(shifts, high_bytes), _mm_set1_epi8(0x30));
+    scales = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_or_si128(low, high)), _mm256_set1_epi16(32));
   }
   // The third bit of element 32j + l is bit j of hmask[l]: vector v's halves
   // take bits 2v and 2v + 1 (16-bit shifts of up to 7 leave each byte's bit

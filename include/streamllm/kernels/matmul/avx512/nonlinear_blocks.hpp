@@ -69,6 +69,17 @@ struct IQ4XSFormat {
       u[v] = iq4_unsigned_levels(nibbles);
     }
   }
+  // The decode kernel's order (super_blocks.hpp): 64 bytes are four blocks'
+  // nibbles, the low ones (pieces 0, 2, 4, 6 of 16 elements) and the high ones.
+  static constexpr int kPieces[16] = {0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15};
+  STREAMLLM_AVX512 static void piece_quants(const Block& b, __m512i (&u)[4]) {
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    for (int p = 0; p < 2; ++p) {
+      const __m512i a = _mm512_loadu_si512(b.qs + 64 * p);
+      u[2 * p] = iq4_unsigned_levels(_mm512_and_si512(a, m4));
+      u[2 * p + 1] = iq4_unsigned_levels(_mm512_and_si512(_mm512_srli_epi16(a, 4), m4));
+    }
+  }
 };
 
 }  // namespace streamllm::kernels::avx512
