@@ -10,24 +10,6 @@ STREAMLLM_BEGIN_AVX512_INTRINSICS
 
 namespace streamllm::kernels::avx512 {
 
-// quantize_block, vectorised, with the same rounding (half away from zero).
-STREAMLLM_AVX512 inline std::pair<float, std::int32_t> quantize_block_avx512(const float* v, std::int8_t* q) {
-  const __m512 a = _mm512_loadu_ps(v), b = _mm512_loadu_ps(v + 16);
-  const __m512 big = _mm512_set1_ps(std::numeric_limits<float>::max());
-  if ((_mm512_cmp_ps_mask(_mm512_abs_ps(a), big, _CMP_LE_OQ) & _mm512_cmp_ps_mask(_mm512_abs_ps(b), big, _CMP_LE_OQ)) != 0xFFFF)
-    return non_finite_block(q);  // NaN or Inf
-  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
-  const float d = amax / 127.0f, id = quant::inverse_or_zero(d);
-  const __m512 vid = _mm512_set1_ps(id), half = _mm512_set1_ps(0.5f);
-  const __m512 sa = _mm512_mul_ps(a, vid), sb = _mm512_mul_ps(b, vid);
-  // v + copysign(0.5, v), truncated
-  const __m512i qa = _mm512_cvttps_epi32(_mm512_add_ps(sa, _mm512_or_ps(half, _mm512_and_ps(sa, _mm512_set1_ps(-0.0f)))));
-  const __m512i qb = _mm512_cvttps_epi32(_mm512_add_ps(sb, _mm512_or_ps(half, _mm512_and_ps(sb, _mm512_set1_ps(-0.0f)))));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtepi32_epi8(qa));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtepi32_epi8(qb));
-  return {d, _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb))};
-}
-
 // quantize_with_inverse, vectorised: a block of 32 with a given 1 / scale;
 // returns the sum of its quants.
 STREAMLLM_AVX512 inline std::int32_t quantize_with_inverse_avx512(const float* v, std::int8_t* q, float id) {
@@ -53,6 +35,14 @@ STREAMLLM_AVX512 inline AbsMax abs_max_avx512(const float* v, std::size_t n) {
     m = _mm512_max_ps(m, a);
   }
   return {_mm512_reduce_max_ps(m), finite == 0xFFFF};
+}
+
+// quantize_block, vectorised, with the same rounding (half away from zero).
+STREAMLLM_AVX512 inline std::pair<float, std::int32_t> quantize_block_avx512(const float* v, std::int8_t* q) {
+  const AbsMax m = abs_max_avx512(v, 32);
+  if (!m.finite) return non_finite_block(q);  // NaN or Inf
+  const float d = m.amax / 127.0f;
+  return {d, quantize_with_inverse_avx512(v, q, quant::inverse_or_zero(d))};
 }
 
 // quantize_activations_per_256, vectorised, with the same results.
