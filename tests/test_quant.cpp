@@ -182,6 +182,53 @@ TEMPLATE_TEST_CASE("typed matrix kernels equal the exact product, on every token
 }
 
 #ifdef STREAMLLM_HAVE_AVX512_KERNELS
+TEST_CASE("F16 on the bf16 tiles gives what BF16 weights rounded from the same halves give, bit for bit", "[quant][kernels]") {
+  // F16AsBf16Rows rounds each half to bf16 a block at a time; the tiles are
+  // BF16's own, so the two products must agree exactly. k past one slice
+  // (kKc) with a tail of the conversion's 32-wide loop; tokens for a half
+  // group, whole groups and a second pass.
+  if (!test::cpu_runs(k::Isa::Avx512Bf16Vnni) || !k::detect_cpu_features().avx512_bf16) return;
+  const k::ScopedBf16Tiles forced(true);
+  const std::int64_t rows = 29, cols = k::avx512::GemmBf16::kKc + 70;
+  const auto w = normal(static_cast<std::size_t>(rows * cols), 11, 0.05f);
+  const Matrix f16(DType::F16, w, rows, cols);
+  std::vector<float> rounded(w.size());
+  for (std::size_t i = 0; i < w.size(); ++i) rounded[i] = bf16_to_f32(f32_to_bf16(f16_to_f32(f32_to_f16(w[i]))));
+  const Matrix bf16(DType::BF16, rounded, rows, cols);
+  REQUIRE(k::matmul_kernel(DType::F16, k::Isa::Avx512Bf16Vnni).tiles == k::Tiles::Bf16);
+  for (const std::size_t n : {std::size_t{9}, std::size_t{16}, std::size_t{45}, k::kTokensPerPass + 20}) {
+    const std::size_t ldx = static_cast<std::size_t>(cols), ldy = static_cast<std::size_t>(rows);
+    const auto x = normal(n * ldx, 12);
+    std::vector<float> got(n * ldy), want(n * ldy);
+    k::matmul(f16.view, x.data(), n, ldx, got.data(), ldy, k::Isa::Avx512Bf16Vnni);
+    k::matmul(bf16.view, x.data(), n, ldx, want.data(), ldy, k::Isa::Avx512Bf16Vnni);
+    INFO("n " << n);
+    REQUIRE(got == want);
+  }
+}
+
+TEST_CASE("STREAMLLM_BF16_TILES overrides the CPU's choice of the bf16 tiles, and a bad value is refused", "[quant][kernels]") {
+  const char* saved = std::getenv("STREAMLLM_BF16_TILES");
+  const std::string restore = saved != nullptr ? saved : "";
+  k::CpuFeatures amd, intel;
+  amd.avx512_bf16 = intel.avx512_bf16 = true;
+  amd.bf16_dot_full_rate = true;
+  ::unsetenv("STREAMLLM_BF16_TILES");
+  CHECK(k::bf16_tiles_from_env(amd));
+  CHECK_FALSE(k::bf16_tiles_from_env(intel));
+  ::setenv("STREAMLLM_BF16_TILES", "0", 1);
+  CHECK_FALSE(k::bf16_tiles_from_env(amd));
+  ::setenv("STREAMLLM_BF16_TILES", "1", 1);
+  CHECK(k::bf16_tiles_from_env(intel));
+  CHECK_FALSE(k::bf16_tiles_from_env(k::CpuFeatures{}));  // no vdpbf16ps at all
+  ::setenv("STREAMLLM_BF16_TILES", "yes", 1);
+  CHECK_THROWS_WITH(k::bf16_tiles_from_env(amd), Catch::Contains("STREAMLLM_BF16_TILES='yes'"));
+  if (saved != nullptr)
+    ::setenv("STREAMLLM_BF16_TILES", restore.c_str(), 1);
+  else
+    ::unsetenv("STREAMLLM_BF16_TILES");
+}
+
 TEMPLATE_TEST_CASE("every row of the kernel table is complete, and its decode kernel equals its portable twin",
                    "[quant][kernels]", TEST_FAMILIES) {
   const k::Isa isa = TestType::isa;

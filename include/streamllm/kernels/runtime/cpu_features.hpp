@@ -109,13 +109,26 @@ inline Isa best_isa() {
 // slower family (a CPU of the AVX-512 family has all the AVX2 one needs).
 inline bool can_run(Isa isa) { return static_cast<int>(isa) >= static_cast<int>(best_isa()); }
 
+// STREAMLLM_BF16_TILES=0 or 1 overrides the CPU's choice of the bf16 tiles
+// (bf16_tiles(), below): 0 keeps F16 and BF16 prefill in f32 arithmetic on
+// every CPU (the weights and tokens as they are), 1 takes the bf16 tiles
+// where the CPU has vdpbf16ps at all.
+inline bool bf16_tiles_from_env(const CpuFeatures& f) {
+  const char* v = std::getenv("STREAMLLM_BF16_TILES");
+  if (v == nullptr || *v == '\0') return f.bf16_dot_full_rate;
+  const std::string s = v;
+  if (s == "0") return false;
+  if (s == "1") return f.avx512_bf16;
+  throw Error("STREAMLLM_BF16_TILES='" + s + "': expected 0 or 1");
+}
+
 namespace detail {
 inline std::atomic<Isa>& chosen_isa() {
   static std::atomic<Isa> isa{best_isa()};
   return isa;
 }
 inline std::atomic<bool>& chosen_bf16_tiles() {
-  static std::atomic<bool> use{detect_cpu_features().bf16_dot_full_rate};
+  static std::atomic<bool> use{bf16_tiles_from_env(detect_cpu_features())};
   return use;
 }
 inline std::atomic<bool>& chosen_decode_one_stream() {
@@ -127,10 +140,10 @@ inline std::atomic<bool>& chosen_decode_one_stream() {
 // The family the typed kernels take: best_isa(), unless a ScopedIsa chose another.
 inline Isa active_isa() { return detail::chosen_isa().load(std::memory_order_relaxed); }
 
-// Whether the prefill of BF16 and K-quant weights takes the bf16 tiles
-// (vdpbf16ps; activations rounded to bf16) or the f32 tiles (weights widened
-// to f32 a block at a time) on the AVX-512 path: the faster on this CPU,
-// unless a ScopedBf16Tiles chose.
+// Whether the prefill of BF16 and F16 weights takes the bf16 tiles
+// (vdpbf16ps; tokens, and F16's weights, rounded to bf16) or the f32 tiles
+// (weights widened to f32 a block at a time) on the AVX-512 path: the faster
+// on this CPU, unless STREAMLLM_BF16_TILES or a ScopedBf16Tiles chose.
 inline bool bf16_tiles() { return detail::chosen_bf16_tiles().load(std::memory_order_relaxed); }
 
 // Whether one token's AVX-512 int8 group decode reads a thread's rows as one

@@ -1,6 +1,6 @@
 // AVX-512 tiles for prefill of float rows: the bf16 tiles (vdpbf16ps) for
-// BF16 weights where the CPU runs them at full rate, and the f32 tiles with
-// their tokens packed and results unpacked by register transposes.
+// BF16 and F16 weights where the CPU runs them at full rate, and the f32
+// tiles with their tokens packed and results unpacked by register transposes.
 #pragma once
 
 #include "streamllm/core/memory.hpp"
@@ -22,36 +22,42 @@ namespace streamllm::kernels::avx512 {
 inline constexpr std::size_t kBf16Tok = 32;   // tokens per micro-tile (two zmm)
 inline constexpr std::size_t kBf16Rows = 12;  // weight rows per micro-tile: 24 accumulators
 
-template <std::size_t MR>
+// c[i][0..32) (+)= the MR rows' products with a group's 32 tokens; with
+// Half, the first 16 only (the rest are padding: a batch of 9-16 sequences,
+// a short prompt's last group), at half the arithmetic.
+template <std::size_t MR, bool Half>
 STREAMLLM_AVX512 inline void gemm_bf16_micro(const std::uint16_t* w, std::size_t ldw, const std::uint16_t* xp, std::size_t kc,
                                              float* c, std::size_t ldc, bool accumulate) {
   __m512 acc0[MR], acc1[MR];
   for (std::size_t i = 0; i < MR; ++i) {
     acc0[i] = accumulate ? _mm512_loadu_ps(c + i * ldc) : _mm512_setzero_ps();
-    acc1[i] = accumulate ? _mm512_loadu_ps(c + i * ldc + 16) : _mm512_setzero_ps();
+    acc1[i] = accumulate && !Half ? _mm512_loadu_ps(c + i * ldc + 16) : _mm512_setzero_ps();
   }
   for (std::size_t kk = 0; kk < kc; kk += 2) {
     const __m512bh x0 = (__m512bh)_mm512_load_si512(xp + kk * kBf16Tok);
-    const __m512bh x1 = (__m512bh)_mm512_load_si512(xp + kk * kBf16Tok + 32);
+    const __m512bh x1 = Half ? x0 : (__m512bh)_mm512_load_si512(xp + kk * kBf16Tok + 32);
     for (std::size_t i = 0; i < MR; ++i) {
       std::int32_t pair;
       std::memcpy(&pair, w + i * ldw + kk, 4);
       const __m512bh wb = (__m512bh)_mm512_set1_epi32(pair);
       acc0[i] = _mm512_dpbf16_ps(acc0[i], x0, wb);
-      acc1[i] = _mm512_dpbf16_ps(acc1[i], x1, wb);
+      if constexpr (!Half) acc1[i] = _mm512_dpbf16_ps(acc1[i], x1, wb);
     }
   }
   for (std::size_t i = 0; i < MR; ++i) {
     _mm512_storeu_ps(c + i * ldc, acc0[i]);
-    _mm512_storeu_ps(c + i * ldc + 16, acc1[i]);
+    if constexpr (!Half) _mm512_storeu_ps(c + i * ldc + 16, acc1[i]);
   }
 }
 
 template <std::size_t... MR>
 STREAMLLM_AVX512 inline void gemm_bf16_micro_rows(std::size_t rows, const std::uint16_t* w, std::size_t ldw,
                                                   const std::uint16_t* xp, std::size_t kc, float* c, std::size_t ldc,
-                                                  bool accumulate, std::index_sequence<MR...>) {
-  ((rows == MR + 1 ? gemm_bf16_micro<MR + 1>(w, ldw, xp, kc, c, ldc, accumulate) : void()), ...);
+                                                  bool accumulate, bool half, std::index_sequence<MR...>) {
+  if (half)
+    ((rows == MR + 1 ? gemm_bf16_micro<MR + 1, true>(w, ldw, xp, kc, c, ldc, accumulate) : void()), ...);
+  else
+    ((rows == MR + 1 ? gemm_bf16_micro<MR + 1, false>(w, ldw, xp, kc, c, ldc, accumulate) : void()), ...);
 }
 
 // n floats -> bf16 (round to nearest even).
@@ -61,6 +67,33 @@ STREAMLLM_AVX512 inline void f32_to_bf16_row(const float* src, std::size_t n, st
     _mm512_storeu_si512(dst + i, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + i + 16), _mm512_loadu_ps(src + i)));
   for (; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
 }
+
+// n halves -> bf16: widened to f32 (exact), then rounded to nearest even, so
+// f16's 11 significant bits become bf16's 8 (a relative error of at most
+// 2^-9, as the tokens' own rounding here).
+STREAMLLM_AVX512 inline void f16_to_bf16_row(const std::uint16_t* src, std::size_t n, std::uint16_t* dst) {
+  std::size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512 lo = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
+    const __m512 hi = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 16)));
+    _mm512_storeu_si512(dst + i, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+  }
+  for (; i < n; ++i) dst[i] = f32_to_bf16(f16_to_f32(src[i]));
+}
+
+// F16 rows for the bf16 tiles, converted a block at a time into the
+// thread's buffer (as CopyRows copies BF16's): on a CPU whose bf16 dot runs
+// at twice its FP32 FMA rate, F16 prefill takes the bf16 tiles, not f32 ones.
+struct F16AsBf16Rows {
+  const std::uint16_t* w;
+  std::size_t ldw;  // halves between rows
+  std::pair<const std::uint16_t*, std::size_t> block(std::size_t r0, std::size_t rows, std::size_t k0, std::size_t kc,
+                                                     AlignedVector<std::uint16_t>& scratch) const {
+    std::uint16_t* out = grow(scratch, rows * kc);
+    for (std::size_t i = 0; i < rows; ++i) f16_to_bf16_row(w + (r0 + i) * ldw + k0, kc, out + i * kc);
+    return {out, kc};
+  }
+};
 
 // Group g of x [n][ldx] (k even) -> 32 tokens as bf16 pairs [group][k/2][32][2]:
 // each token row to bf16, then pairs (as 32-bit words) transposed in tiles.
@@ -152,8 +185,8 @@ struct GemmBf16 : TransposeBack {
   }
   template <std::size_t... MR>
   static void micro_rows(std::size_t rows, const std::uint16_t* w, std::size_t ldw, const std::uint16_t* xp, std::size_t kc,
-                         float* c, std::size_t ldc, bool accumulate, std::index_sequence<MR...> seq) {
-    gemm_bf16_micro_rows(rows, w, ldw, xp, kc, c, ldc, accumulate, seq);
+                         float* c, std::size_t ldc, bool accumulate, bool half, std::index_sequence<MR...> seq) {
+    gemm_bf16_micro_rows(rows, w, ldw, xp, kc, c, ldc, accumulate, half, seq);
   }
 };
 

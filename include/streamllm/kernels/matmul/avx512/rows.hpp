@@ -9,9 +9,9 @@
 // rows) or 48 in passes of 16, the others up to 4. Prefill: the int8 tiles
 // (32 tokens a group; a rest after whole groups that the decode kernel takes
 // at once goes to it; interleaved rows unpacked in their groups' order) for
-// every quantised type; BF16 on the bf16
-// tiles where vdpbf16ps is full rate (bf16_tiles(): AMD), elsewhere (Intel)
-// with F32 and F16 on the f32 tiles, rows widened a block at a time.
+// every quantised type; BF16 and F16 (rounded to bf16 a block at a time) on
+// the bf16 tiles where vdpbf16ps is full rate (bf16_tiles(): AMD), elsewhere
+// (Intel) with F32 on the f32 tiles, rows widened a block at a time.
 #pragma once
 
 #include <cstddef>
@@ -119,11 +119,15 @@ inline void row_to_f32(DType t, const std::byte* src, std::size_t cols, float* d
   if (!dequantize_row_f32(t, src, cols, dst)) scalar_row_to_f32(t, src, cols, dst);
 }
 
-// BF16 rows on the bf16 tiles (k even: the tiles take pairs of k).
+// BF16 rows, and F16 rows rounded to bf16 a block at a time, on the bf16
+// tiles (k even: the tiles take pairs of k).
 inline void prefill_bf16(const TensorView& w, const float* x, std::size_t n, std::size_t ldx, float* y, std::size_t ldy) {
   const auto m = static_cast<std::size_t>(w.rows), k = static_cast<std::size_t>(w.cols);
+  const auto* halves = reinterpret_cast<const std::uint16_t*>(w.data);
+  const std::size_t ldw = static_cast<std::size_t>(w.row_stride) / sizeof(std::uint16_t);
   if (k % 2 != 0) return gemm<GemmF32>(DequantRowsF32{&w, row_to_f32}, m, k, x, ldx, n, y, ldy);
-  gemm<GemmBf16>(CopyRows<std::uint16_t>{reinterpret_cast<const std::uint16_t*>(w.data), k}, m, k, x, ldx, n, y, ldy);
+  if (w.type == DType::F16) return gemm<GemmBf16>(F16AsBf16Rows{halves, ldw}, m, k, x, ldx, n, y, ldy);
+  gemm<GemmBf16>(CopyRows<std::uint16_t>{halves, ldw}, m, k, x, ldx, n, y, ldy);
 }
 
 // Every format of the int8 tiles takes the same packed tokens.
@@ -230,17 +234,25 @@ constexpr MatmulKernel interleaved_row(DType t, DecodeRowsFn twin, ActivationLay
   return row;
 }
 
+// F16 or BF16 on the bf16 tiles, where vdpbf16ps runs at full rate (AMD);
+// the float_row of the type after it serves elsewhere. F16's weights round to
+// bf16 in the tiles only: decode reads them as they are.
+constexpr MatmulKernel bf16_tile_row(DType t, DecodeRowsFn decode) {
+  return {.type = t,
+          .isa = Isa::Avx512Bf16Vnni,
+          .applies = full_rate_bf16,
+          .decode = decode,
+          .decode_tokens = kBf16TileDecodeTokens,
+          .twin = portable::gemv_dequant,
+          .tiles = Tiles::Bf16,
+          .prefill = prefill_bf16};
+}
+
 inline constexpr MatmulKernel kRows[] = {
     float_row(DType::F32, decode_widened<F32Row>),
+    bf16_tile_row(DType::F16, decode_widened<F16Row>),
     float_row(DType::F16, decode_widened<F16Row>),
-    {.type = DType::BF16,
-     .isa = Isa::Avx512Bf16Vnni,
-     .applies = full_rate_bf16,
-     .decode = decode_widened<BF16Row>,
-     .decode_tokens = kBf16TileDecodeTokens,
-     .twin = portable::gemv_dequant,
-     .tiles = Tiles::Bf16,
-     .prefill = prefill_bf16},
+    bf16_tile_row(DType::BF16, decode_widened<BF16Row>),
     float_row(DType::BF16, decode_widened<BF16Row>),
     group_row<Q8_0Row>(DType::Q8_0, portable::gemv_q8_0, ActivationLayout::Int8GroupsQ8_0, DType::Q8_0x16),
     group_row<Q4_0Row>(DType::Q4_0, portable::gemv_q4_0, ActivationLayout::Int8GroupsQ4_0, DType::Q4_0x16),
