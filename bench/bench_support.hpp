@@ -305,8 +305,8 @@ inline int run_registered(int argc, char** argv, void (*register_all)()) {
   if (const auto one = decode_one_stream_from_env()) streams.emplace(*one);
   register_all();
   benchmark::AddCustomContext("streamllm kernels", std::string(streamllm::kernels::to_string(streamllm::kernels::active_isa())) +
-                                                       (streamllm::kernels::bf16_tiles() ? ", BF16 prefill in bf16 tiles"
-                                                                                         : ", BF16 prefill in f32 tiles") +
+                                                       (streamllm::kernels::bf16_tiles() ? ", F16 and BF16 prefill in bf16 tiles"
+                                                                                         : ", F16 and BF16 prefill in f32 tiles") +
                                                        (streamllm::kernels::decode_one_stream() ? ", one decode stream a thread"
                                                                                                 : ", four decode streams a thread"));
   benchmark::Initialize(&argc, argv);

@@ -49,7 +49,7 @@ int run(const Options& o, streamllm::Llama<Config>& model) {
   opt.sampling.seed = o.seed;
   opt.stop_at_eos = !o.ignore_eos;
 
-  std::fprintf(stderr, "model %s (%s), tokenizer %s, %s, %d threads, kernels %s (portable: %s; BF16 prefill in %s tiles)\n",
+  std::fprintf(stderr, "model %s (%s), tokenizer %s, %s, %d threads, kernels %s (portable: %s; F16 and BF16 prefill in %s tiles)\n",
                o.model.c_str(), Config::shape().to_string().c_str(), o.tokenizer.c_str(), cache->describe().c_str(),
                omp_get_max_threads(), streamllm::kernels::to_string(streamllm::kernels::active_isa()),
                streamllm::kernels::portable::arch_name(), streamllm::kernels::bf16_tiles() ? "bf16" : "f32");
