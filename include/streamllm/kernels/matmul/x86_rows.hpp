@@ -78,11 +78,11 @@ struct Q5_1Row {
   STREAMLLM_AVX2 static __m256i quants(const Block& b) { return _mm256_or_si256(nibbles(b.qs), fifth_bits16(b.qh)); }
 };
 
-// d (ls - 32) of an IQ4_XS super-block's eight blocks, quant::iq4xs_scale
-// for all at once (one at a time, the scales cost more than the products):
-// block j's low 4 bits at bit 4j of scales_l, its high 2 at bit 2j of
-// scales_h. The AVX-512 format takes them too.
-STREAMLLM_AVX2 inline __m256 iq4xs_scales(const quant::BlockIQ4XS& b) {
+// An IQ4_XS super-block's eight block scales ls - 32 (int32 lanes),
+// quant::iq4xs_scale for all at once (one at a time, the scales cost more
+// than the products): block j's low 4 bits at bit 4j of scales_l, its high 2
+// at bit 2j of scales_h. The AVX-512 format takes them too.
+STREAMLLM_AVX2 inline __m256i iq4xs_scale_ints(const quant::BlockIQ4XS& b) {
   std::uint32_t low_bits;
   std::memcpy(&low_bits, b.scales_l, 4);
   const __m256i block = _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0);
@@ -90,8 +90,11 @@ STREAMLLM_AVX2 inline __m256 iq4xs_scales(const quant::BlockIQ4XS& b) {
       _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(low_bits)), _mm256_slli_epi32(block, 2)), _mm256_set1_epi32(0xF));
   const __m256i high =
       _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(b.scales_h), _mm256_slli_epi32(block, 1)), _mm256_set1_epi32(3));
-  const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(low, _mm256_slli_epi32(high, 4)), _mm256_set1_epi32(32));
-  return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), _mm256_cvtepi32_ps(ls));
+  return _mm256_sub_epi32(_mm256_or_si256(low, _mm256_slli_epi32(high, 4)), _mm256_set1_epi32(32));
+}
+// The same times d: the blocks' scales.
+STREAMLLM_AVX2 inline __m256 iq4xs_scales(const quant::BlockIQ4XS& b) {
+  return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), _mm256_cvtepi32_ps(iq4xs_scale_ints(b)));
 }
 
 }  // namespace streamllm::kernels::x86

@@ -1,5 +1,5 @@
-// AVX-512 decode of Q2_K and Q3_K rows: their super-blocks as the one row
-// loop of super_blocks.hpp takes them. Both have sub-blocks of 16 (four
+// AVX-512 decode of Q2_K and Q3_K rows: their super-blocks as the decode
+// kernel of super_blocks_per_256.hpp and the int8 tiles take them. Both have sub-blocks of 16 (four
 // lanes). Q2_K: u = q in [0, 4), x = d sc u - dmin m. Q3_K: u = q + 4 in
 // [0, 8), x = d (sc - 32) (u - 4).
 #pragma once
@@ -21,6 +21,16 @@ STREAMLLM_AVX512 inline __m512i low2_bits(const std::uint8_t* qs, int v) {
   return _mm512_and_si512(_mm512_srlv_epi16(chunk, shifts), _mm512_set1_epi8(3));
 }
 
+// The decode kernel's order (super_blocks.hpp): qs as loaded, 64 bytes, and
+// shifted by 2c hold elements 32c..32c+31 (bytes 0-31) and 128+32c.. (32-63):
+// vector c is pieces 2c, 2c + 1, 8 + 2c, 9 + 2c. Immediate shifts of one
+// load, where element order takes a variable shift of a broadcast per vector.
+inline constexpr int kLow2Pieces[16] = {0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15};
+template <int C>
+STREAMLLM_AVX512 inline __m512i low2_bits_in_pieces(__m512i qs) {
+  return _mm512_and_si512(_mm512_srli_epi16(qs, 2 * C), _mm512_set1_epi8(3));
+}
+
 struct Q2KFormat {
   using Block = quant::BlockQ2K;
   static constexpr int kSubBlock = 16, kOffset = 0;
@@ -37,6 +47,14 @@ struct Q2KFormat {
   }
   STREAMLLM_AVX512 static void quants(const Block& b, __m512i (&u)[4]) {
     for (int v = 0; v < 4; ++v) u[v] = low2_bits(b.qs, v);
+  }
+  static constexpr const int (&kPieces)[16] = kLow2Pieces;
+  STREAMLLM_AVX512 static void piece_quants(const Block& b, __m512i (&u)[4]) {
+    const __m512i qs = _mm512_loadu_si512(b.qs);
+    u[0] = low2_bits_in_pieces<0>(qs);
+    u[1] = low2_bits_in_pieces<1>(qs);
+    u[2] = low2_bits_in_pieces<2>(qs);
+    u[3] = low2_bits_in_pieces<3>(qs);
   }
   // For the kernel of super_blocks_per_256.hpp.
   STREAMLLM_AVX512 static float d(const Block& b) { return _cvtsh_ss(b.d); }
@@ -93,6 +111,20 @@ struct Q3KFormat {
       const __m512i high = _mm512_and_si512(_mm512_srlv_epi16(hmask, shifts), _mm512_set1_epi8(1));
       u[v] = _mm512_or_si512(low2_bits(b.qs, v), _mm512_slli_epi16(high, 2));
     }
+  }
+  // In Q2_K's piece order: vector c's third bits are bit c of hmask[l]
+  // (bytes 0-31) and bit c + 4 (32-63), so the upper half takes hmask >> 4
+  // once; then each c moves bit c of every byte to bit 2.
+  static constexpr const int (&kPieces)[16] = kLow2Pieces;
+  STREAMLLM_AVX512 static void piece_quants(const Block& b, __m512i (&u)[4]) {
+    const __m512i qs = _mm512_loadu_si512(b.qs);
+    const __m256i hmask = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask));
+    const __m512i high = _mm512_inserti64x4(_mm512_castsi256_si512(hmask), _mm256_srli_epi16(hmask, 4), 1);
+    const __m512i bit2 = _mm512_set1_epi8(4);
+    u[0] = _mm512_or_si512(low2_bits_in_pieces<0>(qs), _mm512_and_si512(_mm512_slli_epi16(high, 2), bit2));
+    u[1] = _mm512_or_si512(low2_bits_in_pieces<1>(qs), _mm512_and_si512(_mm512_slli_epi16(high, 1), bit2));
+    u[2] = _mm512_or_si512(low2_bits_in_pieces<2>(qs), _mm512_and_si512(high, bit2));
+    u[3] = _mm512_or_si512(low2_bits_in_pieces<3>(qs), _mm512_and_si512(_mm512_srli_epi16(high, 1), bit2));
   }
 };
 

@@ -81,13 +81,6 @@ inline void decode_kquant(const TensorView& w, std::size_t r0, std::size_t r1, c
 }
 
 template <class Format>
-inline void decode_super_blocks(const TensorView& w, std::size_t r0, std::size_t r1, const DecodeInput& in, std::size_t n,
-                                float* y, std::size_t ldy) {
-  const auto stride = static_cast<std::size_t>(w.row_stride);
-  with_token_count(n, [&]<int NT>() { gemv_super_block_rows<Format, NT>(r0, r1, w.data, stride, *in.xa, y, ldy); });
-}
-
-template <class Format>
 inline void decode_super_blocks_per_256(const TensorView& w, std::size_t r0, std::size_t r1, const DecodeInput& in, std::size_t n,
                                         float* y, std::size_t ldy) {
   const auto stride = static_cast<std::size_t>(w.row_stride);
@@ -195,14 +188,14 @@ constexpr MatmulKernel int8_row(DType t, DecodeRowsFn decode, DecodeRowsFn twin,
           .tail_tokens = decode_tokens};
 }
 
-// Q2_K, Q3_K and Q4_K decode against activations with one scale per 256
-// (super_blocks_per_256.hpp), as llama.cpp's Q8_K; their tiles keep a scale
-// per 32. Relative RMS error of a product of 2048 (a probe, normal weights;
-// tokens normal, then with four channels of 40): the activations' per 32
-// 0.0055 / 0.011, per 256 0.0069 / 0.032, against the weights' own Q2_K
-// 0.27, Q3_K 0.14, Q4_K 0.080, Q5_K 0.036, Q6_K 0.018. So Q5_K and Q6_K,
-// whose error it would raise by a quarter and by two thirds, keep a scale
-// per 32; Q4_K's grows by at most 7%.
+// Q2_K, Q3_K, Q4_K and IQ4_XS decode against activations with one scale
+// per 256 (super_blocks_per_256.hpp), as llama.cpp's Q8_K; their tiles keep
+// a scale per 32. Relative RMS error of a product of 2048 (a probe, normal
+// weights; tokens normal, then with four channels of 40): the activations'
+// per 32 0.0055 / 0.011, per 256 0.0069 / 0.032, against the weights' own
+// Q2_K 0.27, Q3_K 0.14, Q4_K 0.080, IQ4_XS 0.073 / 0.080, Q5_K 0.036, Q6_K
+// 0.018. So Q5_K and Q6_K, whose error it would raise by a quarter and by
+// two thirds, keep a scale per 32; Q4_K's and IQ4_XS's grow by at most 7%.
 
 template <class Format>
 constexpr MatmulKernel kquant_row(DType t, DecodeRowsFn twin) {
@@ -266,7 +259,8 @@ inline constexpr MatmulKernel kRows[] = {
     int8_row<Int8Q6K>(DType::Q6_K, decode_kquant, portable::gemv_kquant_int8),
     kquant_row<Q3KFormat>(DType::Q3_K, portable::gemv_low_bit_kquant),
     kquant_row<Q2KFormat>(DType::Q2_K, portable::gemv_low_bit_kquant),
-    int8_row<Int8Blocks>(DType::IQ4_XS, decode_super_blocks<IQ4XSFormat>, portable::gemv_iq4),
+    int8_row<Int8Blocks>(DType::IQ4_XS, decode_super_blocks_per_256<IQ4XSFormat>, portable::gemv_iq4, kMaxGemvTokens,
+                         ActivationLayout::Int8Blocks, quantize_tokens_per_256),
     group_row<IQ4NLRow>(DType::IQ4_NL, portable::gemv_iq4, ActivationLayout::Int8GroupsQ8_0),
 };
 

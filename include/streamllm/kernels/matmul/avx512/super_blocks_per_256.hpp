@@ -1,4 +1,4 @@
-// AVX-512 decode of K-quant rows (Q2_K to Q6_K) against int8 activations
+// AVX-512 decode of super-block rows (Q2_K, Q3_K, Q4_K, IQ4_XS) against int8 activations
 // with one scale per 256 (the row's quantize: quantize_activations_per_256),
 // as llama.cpp's and ik_llama.cpp's kernels take them (Q8_K).
 //
@@ -16,9 +16,15 @@
 //   scales_i16(b, sc, mn)        its sub-blocks' scales as int16 lanes (and
 //                                the mins, where kMins, whose scale is dmin(b));
 // and its quants u = q + kOffset must be at most 63: vpmaddubsw's pairs then
-// stay inside int16 (2 x 63 x 127). A format's piece order (kPieces,
-// super_blocks.hpp) is read here too.
+// stay inside int16 (2 x 63 x 127). A format whose quants are wider
+// (IQ4_XS: -127..113) says kSignedQuants and gives piece_quants(b, u,
+// negative): their magnitudes (at most 127) and the masks of the negative
+// ones, where the tokens' bytes (-127..127) are negated instead; the pairs
+// stay inside int16 (2 x 127 x 127) and no offset is left to take back. A
+// format's piece order (kPieces, super_blocks.hpp) is read here too.
 #pragma once
+
+#include <algorithm>
 
 #include "streamllm/kernels/matmul/avx512/super_blocks.hpp"
 
@@ -27,14 +33,36 @@ STREAMLLM_BEGIN_AVX512_INTRINSICS
 
 namespace streamllm::kernels::avx512 {
 
+template <class Format>
+concept SignedQuants = requires { requires Format::kSignedQuants; };
+// The offset the products of unsigned quants leave, taken back with the
+// mins against the tokens' sums per sub-block (signed quants leave none).
+template <class Format>
+constexpr int kOffsetBack = SignedQuants<Format> ? 0 : Format::kOffset;
+template <class Format>
+constexpr bool kTakesSums = kOffsetBack<Format> != 0 || Format::kMins;
+
 // Pair i (int16 lane i) of vector v lies in sub-block (16 piece + 2 (i % 8))
-// / kSubBlock, piece = piece_at(v, i / 8): the permutation that spreads the scales.
+// / kSubBlock, piece = piece_at(v, i / 8); sub_block_pair_index is the
+// permutation that spreads the scales so.
+template <class Format>
+constexpr int pair_sub_block(int v, int i) {
+  return (16 * piece_at<Format>(v, i / 8) + 2 * (i % 8)) / Format::kSubBlock;
+}
 template <class Format>
 STREAMLLM_AVX512 inline __m512i sub_block_pair_index(int v) {
   alignas(64) std::int16_t index[32];
-  for (int i = 0; i < 32; ++i)
-    index[i] = static_cast<std::int16_t>((16 * piece_at<Format>(v, i / 8) + 2 * (i % 8)) / Format::kSubBlock);
+  for (int i = 0; i < 32; ++i) index[i] = static_cast<std::int16_t>(pair_sub_block<Format>(v, i));
   return _mm512_load_si512(index);
+}
+// Whether vector v's pairs lie in the sub-blocks of vector v - 1's (IQ4_XS:
+// a block's low and high nibbles): its permute then serves both.
+template <class Format>
+constexpr bool pairs_as_previous(int v) {
+  if (v == 0) return false;
+  for (int i = 0; i < 32; ++i)
+    if (pair_sub_block<Format>(v, i) != pair_sub_block<Format>(v - 1, i)) return false;
+  return true;
 }
 
 // Minus the sums of each token's quants per sub-block, sixteen int16 lanes a
@@ -70,6 +98,8 @@ STREAMLLM_AVX512 inline void gemv_super_block_row_per_256(const std::byte* w, st
                                                           const __m256i* neg_sums, const __m512i (&index)[4], float* y,
                                                           std::size_t ldy, std::size_t r) {
   using Block = typename Format::Block;
+  constexpr bool kPairsAsPrevious[4] = {false, pairs_as_previous<Format>(1), pairs_as_previous<Format>(2),
+                                        pairs_as_previous<Format>(3)};
   const std::size_t supers = xa.cols / 256;
   __m512 acc[NT];
   __m256 min_acc[NT];
@@ -82,24 +112,32 @@ STREAMLLM_AVX512 inline void gemv_super_block_row_per_256(const std::byte* w, st
     prefetch_ahead(row + sb * sizeof(Block) + kInt8PrefetchBytes, sizeof(Block));
     const auto& b = *reinterpret_cast<const Block*>(row + sb * sizeof(Block));
     __m512i u[4], sc_pairs[4];
-    if constexpr (PieceOrdered<Format>)
+    [[maybe_unused]] __mmask64 negative[4];
+    if constexpr (SignedQuants<Format>)
+      Format::piece_quants(b, u, negative);
+    else if constexpr (PieceOrdered<Format>)
       Format::piece_quants(b, u);
     else
       Format::quants(b, u);
     __m256i sc, mins = _mm256_setzero_si256();
     Format::scales_i16(b, sc, mins);
-    for (int v = 0; v < 4; ++v) sc_pairs[v] = _mm512_permutexvar_epi16(index[v], _mm512_castsi256_si512(sc));
+    for (int v = 0; v < 4; ++v)
+      sc_pairs[v] = kPairsAsPrevious[v] ? sc_pairs[v - 1] : _mm512_permutexvar_epi16(index[v], _mm512_castsi256_si512(sc));
     // The offset's part, sum_s kOffset sc_s (-S_s): one more pair product.
-    [[maybe_unused]] const __m512i offset_sc = _mm512_zextsi256_si512(_mm256_mullo_epi16(sc, _mm256_set1_epi16(Format::kOffset)));
+    [[maybe_unused]] const __m512i offset_sc = _mm512_zextsi256_si512(_mm256_mullo_epi16(sc, _mm256_set1_epi16(kOffsetBack<Format>)));
     const float d = Format::d(b);
     for (int j = 0; j < NT; ++j) {
       const auto t = static_cast<std::size_t>(j);
       const std::int8_t* xq = (ordered ? ordered + t * xa.cols : xa.q_row(t)) + 256 * sb;
-      const __m256i ns = neg_sums[t * supers + sb];
+      [[maybe_unused]] __m256i ns;
+      if constexpr (kTakesSums<Format>) ns = neg_sums[t * supers + sb];
       __m512i dot = _mm512_setzero_si512();
-      for (int v = 0; v < 4; ++v)
-        dot = _mm512_dpwssd_epi32(dot, _mm512_maddubs_epi16(u[v], _mm512_loadu_si512(xq + 64 * v)), sc_pairs[v]);
-      if constexpr (Format::kOffset != 0) dot = _mm512_dpwssd_epi32(dot, offset_sc, _mm512_zextsi256_si512(ns));
+      for (int v = 0; v < 4; ++v) {
+        __m512i x = _mm512_loadu_si512(xq + 64 * v);
+        if constexpr (SignedQuants<Format>) x = _mm512_mask_sub_epi8(x, negative[v], _mm512_setzero_si512(), x);
+        dot = _mm512_dpwssd_epi32(dot, _mm512_maddubs_epi16(u[v], x), sc_pairs[v]);
+      }
+      if constexpr (kOffsetBack<Format> != 0) dot = _mm512_dpwssd_epi32(dot, offset_sc, _mm512_zextsi256_si512(ns));
       const float dx = xa.d_row(t)[8 * sb];
       acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(d * dx), acc[j]);
       if constexpr (Format::kMins)
@@ -117,7 +155,8 @@ STREAMLLM_AVX512 inline void gemv_super_block_rows_per_256(std::size_t r0, std::
                                                            std::size_t ldy) {
   thread_local AlignedVector<std::int16_t> sums;
   thread_local AlignedVector<std::int8_t> reordered;
-  const __m256i* neg_sums = negated_sub_block_sums<Format::kSubBlock>(xa, NT, sums);
+  const __m256i* neg_sums = nullptr;
+  if constexpr (kTakesSums<Format>) neg_sums = negated_sub_block_sums<Format::kSubBlock>(xa, NT, sums);
   const std::int8_t* ordered = piece_ordered_quants<Format>(xa, NT, reordered);
   const __m512i index[4] = {sub_block_pair_index<Format>(0), sub_block_pair_index<Format>(1), sub_block_pair_index<Format>(2),
                             sub_block_pair_index<Format>(3)};
