@@ -1,7 +1,7 @@
-// AVX-512 decode of Q2_K and Q3_K rows: their super-blocks as the decode
-// kernel of super_blocks_per_256.hpp and the int8 tiles take them. Both have sub-blocks of 16 (four
-// lanes). Q2_K: u = q in [0, 4), x = d sc u - dmin m. Q3_K: u = q + 4 in
-// [0, 8), x = d (sc - 32) (u - 4).
+// Q2_K and Q3_K super-blocks as the AVX-512 decode kernel
+// (super_blocks_per_256.hpp) and the int8 tiles take them. Both have
+// sub-blocks of 16 (four lanes). Q2_K: u = q in [0, 4), x = d sc u - dmin m.
+// Q3_K: u = q + 4 in [0, 8), x = d (sc - 32) (u - 4).
 #pragma once
 
 #include "streamllm/kernels/matmul/avx512/super_blocks.hpp"

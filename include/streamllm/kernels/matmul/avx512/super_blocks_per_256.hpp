@@ -88,9 +88,9 @@ STREAMLLM_AVX512 inline const __m256i* negated_sub_block_sums(const QuantizedAct
 }
 
 // Row r of a Format matrix against NT tokens. Per super-block and token:
-// sum over the sub-blocks s of sc_s (u - kOffset) . x, in int32 lanes, times
-// d dx; and, with mins, minus dmin dx sum_s m_s S_s (S_s: the token's sum
-// over s, negated in neg_sums).
+// sum over the sub-blocks s of sc_s (u - kOffset) . x (signed quants:
+// sc_s |q| . (sign(q) x)), in int32 lanes, times d dx; and, with mins, minus
+// dmin dx sum_s m_s S_s (S_s: the token's sum over s, negated in neg_sums).
 // ordered: piece_ordered_quants' (null: xa's own).
 template <class Format, int NT>
 STREAMLLM_AVX512 inline void gemv_super_block_row_per_256(const std::byte* w, std::size_t row_bytes,
