@@ -25,10 +25,14 @@ STREAMLLM_AVX512 inline __m512i low2_bits(const std::uint8_t* qs, int v) {
 // shifted by 2c hold elements 32c..32c+31 (bytes 0-31) and 128+32c.. (32-63):
 // vector c is pieces 2c, 2c + 1, 8 + 2c, 9 + 2c. Immediate shifts of one
 // load, where element order takes a variable shift of a broadcast per vector.
+// Q2_K's quants as they are; Q3_K's before it adds the third bits.
 inline constexpr int kLow2Pieces[16] = {0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15};
-template <int C>
-STREAMLLM_AVX512 inline __m512i low2_bits_in_pieces(__m512i qs) {
-  return _mm512_and_si512(_mm512_srli_epi16(qs, 2 * C), _mm512_set1_epi8(3));
+STREAMLLM_AVX512 inline void low2_piece_quants(const std::uint8_t* qs, __m512i (&u)[4]) {
+  const __m512i bytes = _mm512_loadu_si512(qs), m3 = _mm512_set1_epi8(3);
+  u[0] = _mm512_and_si512(bytes, m3);
+  u[1] = _mm512_and_si512(_mm512_srli_epi16(bytes, 2), m3);
+  u[2] = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), m3);
+  u[3] = _mm512_and_si512(_mm512_srli_epi16(bytes, 6), m3);
 }
 
 struct Q2KFormat {
@@ -49,13 +53,7 @@ struct Q2KFormat {
     for (int v = 0; v < 4; ++v) u[v] = low2_bits(b.qs, v);
   }
   static constexpr const int (&kPieces)[16] = kLow2Pieces;
-  STREAMLLM_AVX512 static void piece_quants(const Block& b, __m512i (&u)[4]) {
-    const __m512i qs = _mm512_loadu_si512(b.qs);
-    u[0] = low2_bits_in_pieces<0>(qs);
-    u[1] = low2_bits_in_pieces<1>(qs);
-    u[2] = low2_bits_in_pieces<2>(qs);
-    u[3] = low2_bits_in_pieces<3>(qs);
-  }
+  STREAMLLM_AVX512 static void piece_quants(const Block& b, __m512i (&u)[4]) { low2_piece_quants(b.qs, u); }
   // For the kernel of super_blocks_per_256.hpp.
   STREAMLLM_AVX512 static float d(const Block& b) { return _cvtsh_ss(b.d); }
   STREAMLLM_AVX512 static float dmin(const Block& b) { return _cvtsh_ss(b.dmin); }
@@ -114,17 +112,18 @@ struct Q3KFormat {
   }
   // In Q2_K's piece order: vector c's third bits are bit c of hmask[l]
   // (bytes 0-31) and bit c + 4 (32-63), so the upper half takes hmask >> 4
-  // once; then each c moves bit c of every byte to bit 2.
+  // once; then each c moves bit c of every byte to bit 2, and one ternary
+  // op (u | high & bit2, 0xF8) sets it.
   static constexpr const int (&kPieces)[16] = kLow2Pieces;
   STREAMLLM_AVX512 static void piece_quants(const Block& b, __m512i (&u)[4]) {
-    const __m512i qs = _mm512_loadu_si512(b.qs);
+    low2_piece_quants(b.qs, u);
     const __m256i hmask = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask));
     const __m512i high = _mm512_inserti64x4(_mm512_castsi256_si512(hmask), _mm256_srli_epi16(hmask, 4), 1);
     const __m512i bit2 = _mm512_set1_epi8(4);
-    u[0] = _mm512_or_si512(low2_bits_in_pieces<0>(qs), _mm512_and_si512(_mm512_slli_epi16(high, 2), bit2));
-    u[1] = _mm512_or_si512(low2_bits_in_pieces<1>(qs), _mm512_and_si512(_mm512_slli_epi16(high, 1), bit2));
-    u[2] = _mm512_or_si512(low2_bits_in_pieces<2>(qs), _mm512_and_si512(high, bit2));
-    u[3] = _mm512_or_si512(low2_bits_in_pieces<3>(qs), _mm512_and_si512(_mm512_srli_epi16(high, 1), bit2));
+    u[0] = _mm512_ternarylogic_epi32(u[0], _mm512_slli_epi16(high, 2), bit2, 0xF8);
+    u[1] = _mm512_ternarylogic_epi32(u[1], _mm512_slli_epi16(high, 1), bit2, 0xF8);
+    u[2] = _mm512_ternarylogic_epi32(u[2], high, bit2, 0xF8);
+    u[3] = _mm512_ternarylogic_epi32(u[3], _mm512_srli_epi16(high, 1), bit2, 0xF8);
   }
 };
 
