@@ -70,23 +70,19 @@ struct IQ4XSFormat {
       u[v] = iq4_unsigned_levels(nibbles);
     }
   }
-  // For the decode kernel (super_blocks_per_256.hpp), whose vpmaddubsw
-  // takes unsigned bytes of at most 63 or, as here, signed quants as their
-  // magnitudes (at most 127) and signs. Its order: 64 bytes are four blocks'
-  // nibbles, the low ones (pieces 0, 2, 4, 6 of 16 elements) and the high ones.
-  static constexpr bool kSignedQuants = true;
+  // For the decode kernel (super_blocks_per_256.hpp): the levels plus 128
+  // (1..241), wider than vpmaddubsw's pairs take, so it multiplies them by
+  // vpdpbusd in int32 lanes (kWideQuants). Its order: 64 bytes are four
+  // blocks' nibbles, the low ones (pieces 0, 2, 4, 6 of 16 elements) and the
+  // high ones, so a 128-bit lane holds one block's elements.
+  static constexpr bool kWideQuants = true;
   static constexpr int kPieces[16] = {0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15};
-  STREAMLLM_AVX512 static void piece_quants(const Block& b, __m512i (&u)[4], __mmask64 (&negative)[4]) {
-    const __m512i m4 = _mm512_set1_epi8(0xF), eight = _mm512_set1_epi8(8);
-    const __m512i magnitudes =
-        _mm512_broadcast_i32x4(_mm_abs_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quant::kIq4Levels))));
+  STREAMLLM_AVX512 static void piece_quants(const Block& b, __m512i (&u)[4]) {
+    const __m512i m4 = _mm512_set1_epi8(0xF);
     for (int p = 0; p < 2; ++p) {
       const __m512i a = _mm512_loadu_si512(b.qs + 64 * p);
-      const __m512i index[2] = {_mm512_and_si512(a, m4), _mm512_and_si512(_mm512_srli_epi16(a, 4), m4)};
-      for (int h = 0; h < 2; ++h) {
-        u[2 * p + h] = _mm512_shuffle_epi8(magnitudes, index[h]);
-        negative[2 * p + h] = _mm512_testn_epi8_mask(index[h], eight);  // levels 0-7 are the negative ones
-      }
+      u[2 * p] = iq4_unsigned_levels(_mm512_and_si512(a, m4));
+      u[2 * p + 1] = iq4_unsigned_levels(_mm512_and_si512(_mm512_srli_epi16(a, 4), m4));
     }
   }
   STREAMLLM_AVX512 static float d(const Block& b) { return _cvtsh_ss(b.d); }

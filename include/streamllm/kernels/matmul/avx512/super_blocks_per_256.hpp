@@ -17,10 +17,11 @@
 //                                the mins, where kMins, whose scale is dmin(b));
 // and its quants u = q + kOffset must be at most 63: vpmaddubsw's pairs then
 // stay inside int16 (2 x 63 x 127). A format whose quants are wider
-// (IQ4_XS: -127..113) says kSignedQuants and gives piece_quants(b, u,
-// negative): their magnitudes (at most 127) and the masks of the negative
-// ones, where the tokens' bytes (-127..127) are negated instead; the pairs
-// stay inside int16 (2 x 127 x 127) and no offset is left to take back. A
+// (IQ4_XS: levels + 128, 1..241) says kWideQuants: vpdpbusd sums their
+// products four to an int32 lane, and one vpmulld scales the lanes of the
+// two vectors a sub-block spans: four operations for the pair, where the
+// levels as magnitudes against the tokens negated under their signs took
+// eight (1.15-1.2x on Zen 5). A
 // format's piece order (kPieces, super_blocks.hpp) is read here too.
 #pragma once
 
@@ -34,11 +35,11 @@ STREAMLLM_BEGIN_AVX512_INTRINSICS
 namespace streamllm::kernels::avx512 {
 
 template <class Format>
-concept SignedQuants = requires { requires Format::kSignedQuants; };
+concept WideQuants = requires { requires Format::kWideQuants; };
 // The offset the products of unsigned quants leave, taken back with the
-// mins against the tokens' sums per sub-block (signed quants leave none).
+// mins against the tokens' sums per sub-block.
 template <class Format>
-constexpr int kOffsetBack = SignedQuants<Format> ? 0 : Format::kOffset;
+constexpr int kOffsetBack = Format::kOffset;
 template <class Format>
 constexpr bool kTakesSums = kOffsetBack<Format> != 0 || Format::kMins;
 
@@ -54,6 +55,23 @@ STREAMLLM_AVX512 inline __m512i sub_block_pair_index(int v) {
   alignas(64) std::int16_t index[32];
   for (int i = 0; i < 32; ++i) index[i] = static_cast<std::int16_t>(pair_sub_block<Format>(v, i));
   return _mm512_load_si512(index);
+}
+// Wide quants: int32 lane i of vector v (four elements) lies in the
+// sub-block of pair 2i; the permutation that spreads int32 scales so.
+template <class Format>
+STREAMLLM_AVX512 inline __m512i sub_block_lane_index(int v) {
+  alignas(64) std::int32_t index[16];
+  for (int i = 0; i < 16; ++i) index[i] = pair_sub_block<Format>(v, 2 * i);
+  return _mm512_load_si512(index);
+}
+// The scale permutations a format's vectors take: of int16 pairs, or of
+// int32 lanes for wide quants.
+template <class Format>
+STREAMLLM_AVX512 inline __m512i sub_block_scale_index(int v) {
+  if constexpr (WideQuants<Format>)
+    return sub_block_lane_index<Format>(v);
+  else
+    return sub_block_pair_index<Format>(v);
 }
 // Whether vector v's pairs lie in the sub-blocks of vector v - 1's (IQ4_XS:
 // a block's low and high nibbles): its permute then serves both.
@@ -88,9 +106,9 @@ STREAMLLM_AVX512 inline const __m256i* negated_sub_block_sums(const QuantizedAct
 }
 
 // Row r of a Format matrix against NT tokens. Per super-block and token:
-// sum over the sub-blocks s of sc_s (u - kOffset) . x (signed quants:
-// sc_s |q| . (sign(q) x)), in int32 lanes, times d dx; and, with mins, minus
-// dmin dx sum_s m_s S_s (S_s: the token's sum over s, negated in neg_sums).
+// sum over the sub-blocks s of sc_s (u - kOffset) . x, in int32 lanes, times
+// d dx; and, with mins, minus dmin dx sum_s m_s S_s (S_s: the token's sum
+// over s, negated in neg_sums).
 // ordered: piece_ordered_quants' (null: xa's own).
 template <class Format, int NT>
 STREAMLLM_AVX512 inline void gemv_super_block_row_per_256(const std::byte* w, std::size_t row_bytes,
@@ -112,17 +130,21 @@ STREAMLLM_AVX512 inline void gemv_super_block_row_per_256(const std::byte* w, st
     prefetch_ahead(row + sb * sizeof(Block) + kInt8PrefetchBytes, sizeof(Block));
     const auto& b = *reinterpret_cast<const Block*>(row + sb * sizeof(Block));
     __m512i u[4], sc_pairs[4];
-    [[maybe_unused]] __mmask64 negative[4];
-    if constexpr (SignedQuants<Format>)
-      Format::piece_quants(b, u, negative);
-    else if constexpr (PieceOrdered<Format>)
+    if constexpr (PieceOrdered<Format>)
       Format::piece_quants(b, u);
     else
       Format::quants(b, u);
     __m256i sc, mins = _mm256_setzero_si256();
     Format::scales_i16(b, sc, mins);
-    for (int v = 0; v < 4; ++v)
-      sc_pairs[v] = kPairsAsPrevious[v] ? sc_pairs[v - 1] : _mm512_permutexvar_epi16(index[v], _mm512_castsi256_si512(sc));
+    // Wide quants' scales spread over int32 lanes, the others' over pairs.
+    [[maybe_unused]] __m512i sc32;
+    if constexpr (WideQuants<Format>) sc32 = _mm512_cvtepi16_epi32(sc);
+    for (int v = 0; v < 4; ++v) {
+      if constexpr (WideQuants<Format>)
+        sc_pairs[v] = kPairsAsPrevious[v] ? sc_pairs[v - 1] : _mm512_permutexvar_epi32(index[v], sc32);
+      else
+        sc_pairs[v] = kPairsAsPrevious[v] ? sc_pairs[v - 1] : _mm512_permutexvar_epi16(index[v], _mm512_castsi256_si512(sc));
+    }
     // The offset's part, sum_s kOffset sc_s (-S_s): one more pair product.
     [[maybe_unused]] const __m512i offset_sc = _mm512_zextsi256_si512(_mm256_mullo_epi16(sc, _mm256_set1_epi16(kOffsetBack<Format>)));
     const float d = Format::d(b);
@@ -132,10 +154,20 @@ STREAMLLM_AVX512 inline void gemv_super_block_row_per_256(const std::byte* w, st
       [[maybe_unused]] __m256i ns;
       if constexpr (kTakesSums<Format>) ns = neg_sums[t * supers + sb];
       __m512i dot = _mm512_setzero_si512();
-      for (int v = 0; v < 4; ++v) {
-        __m512i x = _mm512_loadu_si512(xq + 64 * v);
-        if constexpr (SignedQuants<Format>) x = _mm512_mask_sub_epi8(x, negative[v], _mm512_setzero_si512(), x);
-        dot = _mm512_dpwssd_epi32(dot, _mm512_maddubs_epi16(u[v], x), sc_pairs[v]);
+      if constexpr (WideQuants<Format>) {
+        // vpdpbusd sums four products a lane; vectors whose lanes share
+        // sub-blocks (kPairsAsPrevious) add up before one vpmulld scales them.
+        __m512i part = _mm512_setzero_si512();
+        for (int v = 0; v < 4; ++v) {
+          part = _mm512_dpbusd_epi32(part, u[v], _mm512_loadu_si512(xq + 64 * v));
+          if (v == 3 || !kPairsAsPrevious[v + 1]) {
+            dot = _mm512_add_epi32(dot, _mm512_mullo_epi32(part, sc_pairs[v]));
+            part = _mm512_setzero_si512();
+          }
+        }
+      } else {
+        for (int v = 0; v < 4; ++v)
+          dot = _mm512_dpwssd_epi32(dot, _mm512_maddubs_epi16(u[v], _mm512_loadu_si512(xq + 64 * v)), sc_pairs[v]);
       }
       if constexpr (kOffsetBack<Format> != 0) dot = _mm512_dpwssd_epi32(dot, offset_sc, _mm512_zextsi256_si512(ns));
       const float dx = xa.d_row(t)[8 * sb];
@@ -158,8 +190,8 @@ STREAMLLM_AVX512 inline void gemv_super_block_rows_per_256(std::size_t r0, std::
   const __m256i* neg_sums = nullptr;
   if constexpr (kTakesSums<Format>) neg_sums = negated_sub_block_sums<Format::kSubBlock>(xa, NT, sums);
   const std::int8_t* ordered = piece_ordered_quants<Format>(xa, NT, reordered);
-  const __m512i index[4] = {sub_block_pair_index<Format>(0), sub_block_pair_index<Format>(1), sub_block_pair_index<Format>(2),
-                            sub_block_pair_index<Format>(3)};
+  const __m512i index[4] = {sub_block_scale_index<Format>(0), sub_block_scale_index<Format>(1),
+                            sub_block_scale_index<Format>(2), sub_block_scale_index<Format>(3)};
   for (std::size_t r = r0; r < r1; ++r)
     gemv_super_block_row_per_256<Format, NT>(w, row_bytes, xa, ordered, neg_sums, index, y, ldy, r);
 }
