@@ -21,8 +21,8 @@
 // products four to an int32 lane, and one vpmulld scales the lanes of the
 // two vectors a sub-block spans: four operations for the pair, where the
 // levels as magnitudes against the tokens negated under their signs took
-// eight (1.15-1.2x on Zen 5). A
-// format's piece order (kPieces, super_blocks.hpp) is read here too.
+// eight (1.15-1.2x on Zen 5). A format's piece order (kPieces,
+// super_blocks.hpp) is read here too.
 #pragma once
 
 #include <algorithm>
@@ -36,12 +36,11 @@ namespace streamllm::kernels::avx512 {
 
 template <class Format>
 concept WideQuants = requires { requires Format::kWideQuants; };
-// The offset the products of unsigned quants leave, taken back with the
-// mins against the tokens' sums per sub-block.
+// Whether the kernel needs the tokens' sums per sub-block: the offset the
+// products of unsigned quants leave (kOffset) and the mins are taken back
+// against them.
 template <class Format>
-constexpr int kOffsetBack = Format::kOffset;
-template <class Format>
-constexpr bool kTakesSums = kOffsetBack<Format> != 0 || Format::kMins;
+constexpr bool kTakesSums = Format::kOffset != 0 || Format::kMins;
 
 // Pair i (int16 lane i) of vector v lies in sub-block (16 piece + 2 (i % 8))
 // / kSubBlock, piece = piece_at(v, i / 8); sub_block_pair_index is the
@@ -146,7 +145,7 @@ STREAMLLM_AVX512 inline void gemv_super_block_row_per_256(const std::byte* w, st
         sc_pairs[v] = kPairsAsPrevious[v] ? sc_pairs[v - 1] : _mm512_permutexvar_epi16(index[v], _mm512_castsi256_si512(sc));
     }
     // The offset's part, sum_s kOffset sc_s (-S_s): one more pair product.
-    [[maybe_unused]] const __m512i offset_sc = _mm512_zextsi256_si512(_mm256_mullo_epi16(sc, _mm256_set1_epi16(kOffsetBack<Format>)));
+    [[maybe_unused]] const __m512i offset_sc = _mm512_zextsi256_si512(_mm256_mullo_epi16(sc, _mm256_set1_epi16(Format::kOffset)));
     const float d = Format::d(b);
     for (int j = 0; j < NT; ++j) {
       const auto t = static_cast<std::size_t>(j);
@@ -169,7 +168,7 @@ STREAMLLM_AVX512 inline void gemv_super_block_row_per_256(const std::byte* w, st
         for (int v = 0; v < 4; ++v)
           dot = _mm512_dpwssd_epi32(dot, _mm512_maddubs_epi16(u[v], _mm512_loadu_si512(xq + 64 * v)), sc_pairs[v]);
       }
-      if constexpr (kOffsetBack<Format> != 0) dot = _mm512_dpwssd_epi32(dot, offset_sc, _mm512_zextsi256_si512(ns));
+      if constexpr (Format::kOffset != 0) dot = _mm512_dpwssd_epi32(dot, offset_sc, _mm512_zextsi256_si512(ns));
       const float dx = xa.d_row(t)[8 * sb];
       acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(d * dx), acc[j]);
       if constexpr (Format::kMins)
