@@ -11,7 +11,10 @@
 #include <set>
 
 #include "common.hpp"
+#include "streamllm/kernels/matmul/avx2/rows.hpp"  // the kernels by name: the table is only declared here
+#include "streamllm/kernels/matmul/avx512/rows.hpp"
 #include "streamllm/kernels/matmul/matmul.hpp"
+#include "streamllm/kernels/matmul/portable/rows.hpp"
 #include "streamllm/quant/blocks.hpp"
 
 using namespace streamllm;

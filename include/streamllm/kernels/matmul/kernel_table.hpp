@@ -2,20 +2,50 @@
 // says how a product with it runs. The rows are each ISA's (portable/,
 // avx2/, avx512/ rows.hpp); a type an ISA does not accelerate takes the
 // row of the next ISA down that does (AVX-512, AVX2, portable), and a type
-// with no portable row of its own takes the portable dequantising one. matmul.hpp looks a row up once per matrix call.
+// with no portable row of its own takes the portable dequantising one.
+// matmul.hpp looks a row up once per matrix call.
+//
+// Compiling the kernels once. The table points at every kernel of every
+// ISA, so each translation unit that runs a product compiles them all: most
+// of its compile time (about 80 of a test unit's 127 s under clang). A
+// program of several units can compile them in one: define
+// STREAMLLM_KERNELS_IN_ONE_UNIT in every unit (a compile definition of the
+// whole target, like Eigen's configuration macros), and also
+// STREAMLLM_KERNELS_UNIT in exactly one, before its first include of the
+// library. The other units then only declare kernel_rows and matmul_kernel,
+// which that unit defines. Without either macro each unit compiles its own, inline.
 #pragma once
+
+#include "streamllm/kernels/matmul/kernel.hpp"
+
+#if defined(STREAMLLM_KERNELS_IN_ONE_UNIT) && !defined(STREAMLLM_KERNELS_UNIT)
+
+#include <span>
+
+namespace streamllm::kernels {
+// Defined in the program's STREAMLLM_KERNELS_UNIT.
+std::span<const MatmulKernel> kernel_rows(Isa isa);
+const MatmulKernel& matmul_kernel(DType t, Isa isa);
+}  // namespace streamllm::kernels
+
+#else
 
 #include <span>
 
 #include "streamllm/kernels/matmul/avx2/rows.hpp"
 #include "streamllm/kernels/matmul/avx512/rows.hpp"
-#include "streamllm/kernels/matmul/kernel.hpp"
 #include "streamllm/kernels/matmul/portable/rows.hpp"
+
+#if defined(STREAMLLM_KERNELS_IN_ONE_UNIT)
+#define STREAMLLM_KERNEL_TABLE_LINKAGE  // the one definition of the program
+#else
+#define STREAMLLM_KERNEL_TABLE_LINKAGE inline
+#endif
 
 namespace streamllm::kernels {
 
 // Every ISA's rows, fastest ISA first.
-inline std::span<const MatmulKernel> kernel_rows(Isa isa) {
+STREAMLLM_KERNEL_TABLE_LINKAGE std::span<const MatmulKernel> kernel_rows(Isa isa) {
   switch (isa) {
     case Isa::Avx512Bf16Vnni: return avx512::kRows;
     case Isa::Avx2: return avx2::kRows;
@@ -31,7 +61,7 @@ inline const MatmulKernel* find_kernel(DType t, Isa isa) {
   return nullptr;
 }
 
-inline const MatmulKernel& matmul_kernel(DType t, Isa isa) {
+STREAMLLM_KERNEL_TABLE_LINKAGE const MatmulKernel& matmul_kernel(DType t, Isa isa) {
   if (const MatmulKernel* row = find_kernel(t, isa)) return *row;
   // An AVX-512 CPU runs the AVX2 kernels: a type without an AVX-512 row takes its AVX2 one.
   if (isa == Isa::Avx512Bf16Vnni)
@@ -41,3 +71,6 @@ inline const MatmulKernel& matmul_kernel(DType t, Isa isa) {
 }
 
 }  // namespace streamllm::kernels
+
+#undef STREAMLLM_KERNEL_TABLE_LINKAGE
+#endif
