@@ -23,8 +23,10 @@ namespace detail {
 
 // A run of chunks [front, back) that its owner takes from the front and the
 // other threads, once their own runs are done, from the back: one atomic
-// word, so a chunk is handed out once however the takes interleave.
-class ChunkRun {
+// word, so a chunk is handed out once however the takes interleave. Each on
+// a cache line of its own: side by side, every take of one thread took the
+// line from the other's core (decode 0-4% faster on 2 threads of Zen 5).
+class alignas(64) ChunkRun {
  public:
   void assign(std::uint32_t front, std::uint32_t back) {
     bounds_.store(std::uint64_t(front) << 32 | back, std::memory_order_relaxed);
