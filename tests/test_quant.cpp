@@ -257,7 +257,8 @@ TEMPLATE_TEST_CASE("every row of the kernel table is complete, and its decode ke
         REQUIRE((row.decode && row.prefill && row.decode_tokens >= 1));
         REQUIRE((row.activations == k::ActivationLayout::Float) == (row.quantize == nullptr));
         REQUIRE((row.pack == nullptr) == (row.prefill_packed == nullptr));
-        REQUIRE((row.pack == nullptr) == (row.tiles != k::Tiles::Int8));
+        REQUIRE((row.pack == nullptr) == (row.tiles == k::Tiles::F32));  // the int8 and bf16 tiles pack the tokens
+        REQUIRE((row.pack == nullptr || row.tile_chunk_rows > 0));
         REQUIRE(row.tail_tokens <= row.tile_tokens / 2);  // a rest of more than half a group: the tiles'
         REQUIRE((row.pass_tokens == 0 || (row.pass_tokens > row.decode_tokens && row.tile_tokens > 0)));
         if (row.repack) REQUIRE(k::matmul_kernel(row.repacked_type, isa).activations == row.activations);
@@ -599,8 +600,11 @@ TEMPLATE_TEST_CASE("matmul_shared gives each matrix what matmul gives it, fused 
   // Q4_0), 70 and 90 the tiles (partial token groups, rests on the decode kernels). On every path this CPU can take: on
   // AVX2 the int8 gemv of all four types reads the same activations, so the
   // mixes of those fuse there too; the IQ4 types' activations of 63 fuse
-  // only with each other (a mix with Q6_K takes a matmul per target).
+  // only with each other (a mix with Q6_K takes a matmul per target). F16
+  // and BF16 on the AVX-512 bf16 tiles (chosen here on any CPU that has
+  // them) share one packing of the tokens as the int8 tiles do.
   const std::int64_t cols = 2048;
+  const k::ScopedBf16Tiles bf16_tiles(isa == k::Isa::Avx512Bf16Vnni || k::detail::chosen_bf16_tiles().load());
   const std::int64_t rows[] = {300, 40, 40};
   const std::vector<std::vector<DType>> cases = {
       {DType::Q8_0, DType::Q8_0, DType::Q8_0},
@@ -615,7 +619,9 @@ TEMPLATE_TEST_CASE("matmul_shared gives each matrix what matmul gives it, fused 
       {DType::IQ4_XS, DType::IQ4_NL, DType::IQ4_NL},
       {DType::Q2_K, DType::Q3_K, DType::Q4_K},  // a Q2_K file's attention (mins per 16 and per 32 in one packing)
       {DType::IQ4_NL, DType::IQ4_NL, DType::Q6_K},  // on AVX2 quantised alike only among themselves
-      {DType::Q4_0, DType::Q8_0, DType::F32}};
+      {DType::Q4_0, DType::Q8_0, DType::F32},
+      {DType::BF16, DType::BF16, DType::BF16},
+      {DType::F16, DType::BF16, DType::F16}};
   {
     for (const auto& types : cases) {
       std::vector<Matrix> ms;

@@ -97,6 +97,12 @@ struct MatmulKernel {
   // else one more read of the weights).
   std::size_t tile_tokens = 0;
   std::size_t tail_tokens = 0;
+  // Rows per chunk of the packed tiles' parallel loop (matmul_in_row_chunks):
+  // a whole number of the micro-kernel's rows. 64 is one block of the int8
+  // tiles' rows (kMc, on both ISAs), whose weights (64 rows of up to 6 KB:
+  // w_down of TinyLlama in Q8_0) stay in L2 from the tiles to the decode
+  // kernel; the bf16 tiles take eight of their 12-row tiles.
+  std::size_t tile_chunk_rows = 64;
   // The row's int8 activations (its decode kernel's and its tiles') are
   // quantised to at most this either way: 127, but 63 where the weights
   // enter vpmaddubsw as unsigned bytes up to 241 (IQ4 on AVX2: 127 would

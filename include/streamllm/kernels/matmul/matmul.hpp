@@ -28,11 +28,6 @@ struct MatmulTarget {
 };
 
 namespace detail {
-// Rows per chunk where the tiles run: one block of the int8 tiles' rows
-// (kMc, on both ISAs), whose weights (64 rows of up to 6 KB: w_down of
-// TinyLlama in Q8_0) stay in L2 from the tiles to the decode kernel.
-inline constexpr std::size_t kTiledChunkRows = 64;
-
 // n tokens as the decode kernels read them, in passes of `pass`: each
 // pass's tokens quantised where the kernels read int8, in a buffer of the
 // calling thread's per pass (all passes run in one parallel loop; the
@@ -79,7 +74,7 @@ inline void matmul_in_row_chunks(std::span<const MatmulTarget> targets, std::spa
   for (std::size_t i = 0; i < targets.size(); ++i) {
     const auto m = static_cast<std::size_t>(targets[i].w->rows);
     const std::size_t rows =
-        tiled > 0 ? kTiledChunkRows : gemv_chunk_rows(static_cast<std::size_t>(targets[i].w->row_stride), m, std::min(pass, n));
+        tiled > 0 ? kernels[i]->tile_chunk_rows : gemv_chunk_rows(static_cast<std::size_t>(targets[i].w->row_stride), m, std::min(pass, n));
     for (std::size_t r0 = 0; r0 < m; r0 += rows) chunks.push_back({&targets[i], kernels[i], r0, std::min(m, r0 + rows)});
     work += m * k * n;
   }
