@@ -121,7 +121,7 @@ struct Q4KFormat {
     const __m256i low = _mm256_and_si256(_mm256_multishift_epi64_epi8(low_at, qwords), low_mask);
     // low | (top & top_mask)
     const __m256i both = _mm256_ternarylogic_epi64(low, _mm256_multishift_epi64_epi8(top_at, qwords), top_mask, 0xF8);
-    scales = both;  // lanes 8-15 (the mins) are not read: the kernel's scale permutes index lanes 0-7
+    scales = _mm256_zextsi128_si256(_mm256_castsi256_si128(both));  // lanes 8-15 zero, as for mins
     mins = _mm256_zextsi128_si256(_mm256_extracti128_si256(both, 1));
   }
   STREAMLLM_AVX512 static void piece_quants(const Block& b, __m512i (&u)[4]) {
