@@ -55,7 +55,6 @@
 #include "streamllm/core/memory.hpp"
 #include "streamllm/core/tensor.hpp"
 #include "streamllm/kernels/matmul/activations_q8.hpp"
-#include "streamllm/kernels/matmul/prefetch_rows.hpp"
 #include "streamllm/kernels/ops/transpose.hpp"
 #include "streamllm/quant/blocks.hpp"
 
@@ -342,12 +341,14 @@ struct Int8Rows {
       throw Error("avx2::Int8Rows: " + std::string(dtype_name(type)) + " rows at columns [" + std::to_string(k0) + ", " +
                   std::to_string(k0 + kc) + ") do not fit this tile format");
     std::byte* out = grow(scratch, rows * ld);
+    // No prefetch of the rows' next slice here: asked for in a burst as each
+    // row unpacks, it made Q4_K_M's pp512 3% slower (Zen 5 on this family;
+    // until 2026-12-07 GCC had compiled it out, prefetch_rows.hpp).
     for (std::size_t i = 0; i < rows; ++i) {
       std::byte* o = out + i * ld;
       auto* q = reinterpret_cast<std::int8_t*>(o);
       std::byte* scales = o + Format::scales_at(kc);
       const std::byte* src = w->row(static_cast<std::int64_t>(r0 + i)) + row_bytes(type, static_cast<std::int64_t>(k0));
-      prefetch_next_slice(*w, r0 + i, rows, k0 + kc, kc);
       std::byte* mins = o + Format::mins_at(kc);
       // The row's type chosen once per row, not once per block.
       switch (type) {
