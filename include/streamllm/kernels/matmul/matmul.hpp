@@ -73,8 +73,9 @@ inline void matmul_in_row_chunks(std::span<const MatmulTarget> targets, std::spa
   std::size_t work = 0;
   for (std::size_t i = 0; i < targets.size(); ++i) {
     const auto m = static_cast<std::size_t>(targets[i].w->rows);
-    const std::size_t rows =
-        tiled > 0 ? kernels[i]->tile_chunk_rows : gemv_chunk_rows(static_cast<std::size_t>(targets[i].w->row_stride), m, std::min(pass, n));
+    const std::size_t rows = tiled > 0
+                                 ? kernels[i]->tile_chunk_rows
+                                 : gemv_chunk_rows(static_cast<std::size_t>(targets[i].w->row_stride), m, std::min(pass, n));
     for (std::size_t r0 = 0; r0 < m; r0 += rows) chunks.push_back({&targets[i], kernels[i], r0, std::min(m, r0 + rows)});
     work += m * k * n;
   }

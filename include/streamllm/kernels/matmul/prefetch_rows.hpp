@@ -47,8 +47,8 @@ inline NextSlice next_slice(const TensorView& w, std::size_t row, std::size_t bl
 
 // One line asked for, in a loop the compiler keeps. GCC 12 deletes a loop
 // whose body is only __builtin_prefetch (no side effect, and assumed to end:
-// -ffinite-loops) once it is inlined: every loop below was missing from the
-// tiles' binaries. The empty volatile asm is a side effect that emits nothing.
+// -ffinite-loops) once it is inlined; the empty volatile asm is a side
+// effect that emits nothing.
 template <int Locality>
 inline void prefetch_line(const std::byte* p) {
   __builtin_prefetch(p, 0, Locality);

@@ -342,8 +342,7 @@ struct Int8Rows {
                   std::to_string(k0 + kc) + ") do not fit this tile format");
     std::byte* out = grow(scratch, rows * ld);
     // No prefetch of the rows' next slice here: asked for in a burst as each
-    // row unpacks, it made Q4_K_M's pp512 3% slower (Zen 5 on this family;
-    // until 2026-12-07 GCC had compiled it out, prefetch_rows.hpp).
+    // row unpacks, it slowed this family's prefill (kernel-measurements.md).
     for (std::size_t i = 0; i < rows; ++i) {
       std::byte* o = out + i * ld;
       auto* q = reinterpret_cast<std::int8_t*>(o);

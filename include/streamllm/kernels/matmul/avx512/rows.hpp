@@ -124,8 +124,7 @@ inline const void* pack_bf16_tokens(const float* x, std::size_t ldx, std::size_t
 }
 inline void prefill_bf16_packed(const TensorView& w, const void* packed, std::size_t n, float* y, std::size_t ldy) {
   const auto m = static_cast<std::size_t>(w.rows), k = static_cast<std::size_t>(w.cols);
-  if (k % 2 != 0)
-    return gemm_packed<GemmF32>(DequantRowsF32{&w, row_to_f32}, m, k, static_cast<const float*>(packed), n, y, ldy);
+  if (k % 2 != 0) return gemm_packed<GemmF32>(DequantRowsF32{&w, row_to_f32}, m, k, static_cast<const float*>(packed), n, y, ldy);
   const auto* halves = reinterpret_cast<const std::uint16_t*>(w.data);
   const std::size_t ldw = static_cast<std::size_t>(w.row_stride) / sizeof(std::uint16_t);
   const auto* xp = static_cast<const std::uint16_t*>(packed);
