@@ -505,8 +505,8 @@ void require_int8_kernels_equal_twin(k::Isa isa, const TensorView& w, bool extre
       k::matmul(w, x.data(), n, cols, fast.data(), rows, isa);
       // The tokens as the tiles take them, quantised in blocks of 32 at the
       // row's limit (IQ4 on AVX2: 63), and as its decode kernel takes them
-      // (row.quantize: Q2_K and Q3_K with one scale per 256, and on AVX-512
-      // Q4_K and IQ4_XS too); tokens from decode_from(n) on go to the decode kernel.
+      // (row.quantize: Q2_K, Q3_K and Q4_K with one scale per 256, and on
+      // AVX-512 IQ4_XS too); tokens from decode_from(n) on go to the decode kernel.
       k::QuantizedActivations xa, xa_decoded;
       k::quantize_activations(x.data(), cols, n, cols, xa, static_cast<float>(row.activation_limit));
       REQUIRE(row.quantize != nullptr);  // an int8 row

@@ -20,9 +20,11 @@ namespace streamllm::kernels::avx2 {
 // float work - convert, times d x the eight activation scales, add - is one
 // vector per super-block and token instead of one per block. Q4_K's nibbles
 // are unsigned (0..15; Q5_K's quants 0..31 likewise); its mins, dmin m dx x
-// the activation block's sum, are one more vector. Q6_K's quants minus 32
-// take vpmaddubsw's sign trick, as Q8_0 does; a vector spans two sub-blocks
-// of 16, whose scales fill its halves.
+// the activation block's sum, are one more vector. Q6_K's quants go in as
+// stored (0..63) and its offset of 32 comes off through the tokens' sums per
+// 16; a vector spans two sub-blocks of 16, whose scales fill its halves.
+// Q4_K takes activations with one scale per 256 (rows.hpp), its sums added
+// without the reduction.
 // Scaling per block instead, and unpacking the scales one by one, were both
 // slower.
 
@@ -94,27 +96,62 @@ STREAMLLM_AVX2 inline void q4k_super_block(const Block& b, const QuantizedActiva
   }
 }
 
-// Super-block sb of a Q6_K row against NT tokens.
+// Super-block sb of a Q4_K row against NT tokens whose activations have one
+// scale per 256 (sums16: quant_sums16's): the eight vectors of scaled sums
+// are added as they are (add8) where the scale per 32 needed them reduced
+// lane by lane (reduce8: six hadds and two permutes a token); the mins, one
+// vpmaddwd of each pair of them (doubled, one per half of 16) with the
+// token's sums per 16.
 template <int NT>
-STREAMLLM_AVX2 inline void q6k_super_block(const quant::BlockQ6K& b, const QuantizedActivations::Slice& xa, std::size_t sb,
-                                           __m256 (&acc)[NT]) {
-  const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
-  const __m256i off = _mm256_set1_epi8(32);
+STREAMLLM_AVX2 inline void q4k_super_block_per_256(const quant::BlockQ4K& b, const QuantizedActivations::Slice& xa,
+                                                   std::size_t sb, const std::int16_t* sums16, __m256 (&acc)[NT]) {
+  const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d)), dmin = _mm256_set1_ps(_cvtsh_ss(b.dmin));
   __m256i q[8], scales16[8];
-  q6k_quants(b, q);
-  sub_block_scales16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)), scales16);
-  __m256i q_abs[8];
-  for (int j = 0; j < 8; ++j) {
-    q[j] = _mm256_sub_epi8(q[j], off);  // -32..31
-    q_abs[j] = _mm256_sign_epi8(q[j], q[j]);
-  }
+  q4k_quants(b.qs, q);
+  const quant::Q4KScalesMins p = quant::q4k_scales_mins_bytes(b.scales);
+  const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(p.scales))));
+  for (int j = 0; j < 8; ++j) scales16[j] = _mm256_shuffle_epi8(sc, _mm256_set1_epi16(static_cast<short>(0x0202 * j + 0x0100)));
+  const __m128i mins8 = _mm_cvtsi64_si128(static_cast<long long>(p.mins));
+  const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mins8, mins8));  // m0 m0 m1 m1 ... m7 m7
+  const std::size_t runs = xa.cols() / 16;
   for (int t = 0; t < NT; ++t) {
     const auto tt = static_cast<std::size_t>(t);
     const std::int8_t* xq = xa.q_row(tt) + 256 * sb;
     __m256i dots[8];
-    for (int j = 0; j < 8; ++j) dots[j] = kquant_dot(q_abs[j], q[j], xq + 32 * j, scales16[j], true);
+    for (int j = 0; j < 8; ++j) dots[j] = kquant_dot(q[j], q[j], xq + 32 * j, scales16[j], false);
+    const __m256i mins =
+        _mm256_madd_epi16(mins16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums16 + tt * runs + 16 * sb)));
+    const __m256 dx = _mm256_broadcast_ss(xa.d_row(tt) + 8 * sb);  // the super-block's one scale
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(add8(dots)), _mm256_mul_ps(d, dx), acc[t]);
+    acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(dmin, dx), acc[t]);
+  }
+}
+
+// Super-block sb of a Q6_K row against NT tokens; sums16: quant_sums16's.
+// The quants as stored, q + 32 (0..63), are vpmaddubsw's unsigned operand as
+// they are (pair sums of at most 2 x 63 x 127); the 32 x scale x sum of each
+// sub-block of 16 comes off after, one vpmaddwd a token whose lane j is
+// block j's, as reduce8 leaves them. (Signed quants took the sign trick: a
+// vpsignb per vector and token.)
+template <int NT>
+STREAMLLM_AVX2 inline void q6k_super_block(const quant::BlockQ6K& b, const QuantizedActivations::Slice& xa, std::size_t sb,
+                                           const std::int16_t* sums16, __m256 (&acc)[NT]) {
+  const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
+  const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
+  const __m256i scales_x32 = _mm256_slli_epi16(_mm256_cvtepi8_epi16(scales), 5);
+  const std::size_t runs = xa.cols() / 16;
+  __m256i q[8], scales16[8];
+  q6k_quants(b, q);
+  sub_block_scales16(scales, scales16);
+  for (int t = 0; t < NT; ++t) {
+    const auto tt = static_cast<std::size_t>(t);
+    const std::int8_t* xq = xa.q_row(tt) + 256 * sb;
+    __m256i dots[8];
+    for (int j = 0; j < 8; ++j) dots[j] = kquant_dot(q[j], q[j], xq + 32 * j, scales16[j], false);
+    const __m256i offsets =
+        _mm256_madd_epi16(scales_x32, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums16 + tt * runs + 16 * sb)));
     const __m256 dx = _mm256_loadu_ps(xa.d_row(tt) + 8 * sb);
-    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8(dots)), _mm256_mul_ps(d, dx), acc[t]);
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(reduce8(dots), offsets)), _mm256_mul_ps(d, dx), acc[t]);
   }
 }
 
@@ -128,14 +165,15 @@ STREAMLLM_AVX2 __attribute__((flatten)) inline void kquant_rows(std::size_t r0, 
                                                                 std::size_t row_bytes, const QuantizedActivations::Slice& xa,
                                                                 float* y, std::size_t ldy) {
   const std::size_t super_blocks = xa.cols() / 256;
-  const std::int16_t* sums16 = T == DType::Q2_K || T == DType::Q3_K ? quant_sums16(xa, NT) : nullptr;
+  constexpr bool kSums16 = T == DType::Q2_K || T == DType::Q3_K || T == DType::Q4_K || T == DType::Q6_K;
+  const std::int16_t* sums16 = kSums16 ? quant_sums16(xa, NT) : nullptr;
   for (std::size_t r = r0; r < r1; ++r) {
     __m256 acc[NT];
     for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
     const std::byte* row = w + r * row_bytes;
     for (std::size_t sb = 0; sb < super_blocks; ++sb) {
       if constexpr (T == DType::Q4_K)
-        q4k_super_block<NT>(reinterpret_cast<const quant::BlockQ4K*>(row)[sb], xa, sb, acc);
+        q4k_super_block_per_256<NT>(reinterpret_cast<const quant::BlockQ4K*>(row)[sb], xa, sb, sums16, acc);
       else if constexpr (T == DType::Q5_K)
         q4k_super_block<NT>(reinterpret_cast<const quant::BlockQ5K*>(row)[sb], xa, sb, acc);
       else if constexpr (T == DType::Q2_K)
@@ -145,7 +183,7 @@ STREAMLLM_AVX2 __attribute__((flatten)) inline void kquant_rows(std::size_t r0, 
       else if constexpr (T == DType::IQ4_XS)
         iq4xs_super_block<NT>(reinterpret_cast<const quant::BlockIQ4XS*>(row)[sb], xa, sb, acc);
       else
-        q6k_super_block<NT>(reinterpret_cast<const quant::BlockQ6K*>(row)[sb], xa, sb, acc);
+        q6k_super_block<NT>(reinterpret_cast<const quant::BlockQ6K*>(row)[sb], xa, sb, sums16, acc);
     }
     for (int t = 0; t < NT; ++t) y[static_cast<std::size_t>(t) * ldy + r] = hsum(acc[t]);
   }

@@ -124,12 +124,14 @@ constexpr MatmulKernel int8_tile_row(DType t, DecodeRowsFn decode, DecodeRowsFn 
           .activation_limit = Limit};
 }
 
-// Q2_K and Q3_K: the decode kernel takes its activations with one scale per
-// 256 (low_bit_kquants.hpp adds a super-block's integer sums and scales
-// them once, as llama.cpp's AVX2 kernels do for every K-quant); the tiles
-// keep theirs per 32. The activations' error grows 1.3-2.2x (outliers), a
-// tenth of these weights' own; IQ4_XS, whose activations of 63 would double
-// it again to two thirds of its weights' error, keeps a scale per 32.
+// Q2_K, Q3_K and Q4_K: the decode kernel takes its activations with one
+// scale per 256 (low_bit_kquants.hpp, kquants.hpp: a super-block's integer
+// sums added and scaled once, as llama.cpp's AVX2 kernels do for every
+// K-quant); the tiles keep theirs per 32. The activations' error grows
+// 1.3-2.2x (outliers), a tenth of Q2_K's and Q3_K's weights' own and Q4_K's
+// by at most 7% (the probe in avx512/rows.hpp); Q5_K and Q6_K, whose error
+// it would raise by a quarter and two thirds, keep a scale per 32, and
+// IQ4_XS too, whose activations of 63 would double it again.
 constexpr MatmulKernel with_decode_scale_per_256(MatmulKernel row) {
   row.quantize = portable::quantize_tokens_per_256<127>;
   return row;
@@ -149,7 +151,7 @@ inline constexpr MatmulKernel kRows[] = {
     int8_tile_row<Int8Blocks, 4, 16>(DType::Q5_0, decode_blocks<x86::Q5_0Row>, portable::gemv_unsigned_blocks),
     int8_tile_row<Int8Q4K, 8, 0>(DType::Q4_1, decode_blocks<x86::Q4_1Row>, portable::gemv_unsigned_blocks),
     int8_tile_row<Int8Q4K, 4, 0>(DType::Q5_1, decode_blocks<x86::Q5_1Row>, portable::gemv_unsigned_blocks),
-    int8_tile_row<Int8Q4K, 8, 0>(DType::Q4_K, decode_kquant, portable::gemv_kquant_int8),
+    with_decode_scale_per_256(int8_tile_row<Int8Q4K, 8, 0>(DType::Q4_K, decode_kquant, portable::gemv_kquant_int8)),
     int8_tile_row<Int8Q4K, 4, 0>(DType::Q5_K, decode_kquant, portable::gemv_kquant_int8),
     int8_tile_row<Int8Q6K, 2, 32>(DType::Q6_K, decode_kquant, portable::gemv_kquant_int8),
     with_decode_scale_per_256(int8_tile_row<Int8Q2K, 4, 0>(DType::Q2_K, decode_kquant, portable::gemv_low_bit_kquant)),
