@@ -49,13 +49,6 @@ STREAMLLM_AVX2 inline __m256i reduce8(const __m256i (&v)[8]) {
   return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
 }
 
-// v0 + ... + v7, lane by lane: a super-block's sums where the activations
-// have one scale for all its blocks.
-STREAMLLM_AVX2 inline __m256i add8(const __m256i (&v)[8]) {
-  return _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(v[0], v[1]), _mm256_add_epi32(v[2], v[3])),
-                          _mm256_add_epi32(_mm256_add_epi32(v[4], v[5]), _mm256_add_epi32(v[6], v[7])));
-}
-
 // 32 quants against one activation block, the pair sums scaled (vpmaddwd)
 // by scales16: unsigned quants as they are, or signed ones (signed_q) as
 // their magnitudes q_abs against the activations given their signs.
@@ -65,16 +58,38 @@ STREAMLLM_AVX2 inline __m256i kquant_dot(__m256i q_abs, __m256i q_signs, const s
   return _mm256_madd_epi16(_mm256_maddubs_epi16(q_abs, x), scales16);
 }
 
-// Sixteen int8 scales, one per sub-block of 16, as the eight vectors'
-// vpmaddwd operands: vector j's halves hold scales 2j and 2j + 1 as int16.
-STREAMLLM_AVX2 inline void sub_block_scales16(__m128i scales, __m256i (&out)[8]) {
+// Sixteen int8 scales, one per sub-block of 16, as vpmaddwd operands:
+// vector j's halves hold scales 2j and 2j + 1 as int16. The four vectors of
+// half h of a super-block (j = 4h..4h+3): the kernels that add a
+// super-block's sums as they are go by halves (add_scaled_half), and the
+// eight at once, with eight vectors of quants, took more than AVX2's
+// sixteen registers.
+STREAMLLM_AVX2 inline void sub_block_scales16_half(__m128i scales, int h, __m256i (&out)[4]) {
   const __m256i s16 = _mm256_cvtepi8_epi16(scales);
-  const __m256i lo = _mm256_permute2x128_si256(s16, s16, 0x00), hi = _mm256_permute2x128_si256(s16, s16, 0x11);
-  for (int j = 0; j < 8; ++j) {
-    const int k = 2 * (j % 4);  // int16 lanes k and k + 1 of lo or hi
-    const __m256i pick = _mm256_set_m128i(_mm_set1_epi16(static_cast<short>(0x0202 * (k + 1) + 0x0100)),
-                                          _mm_set1_epi16(static_cast<short>(0x0202 * k + 0x0100)));
-    out[j] = _mm256_shuffle_epi8(j < 4 ? lo : hi, pick);
+  const __m256i src = h == 0 ? _mm256_permute2x128_si256(s16, s16, 0x00) : _mm256_permute2x128_si256(s16, s16, 0x11);
+  for (int j = 0; j < 4; ++j) {  // int16 lanes 2j and 2j + 1 of src
+    const __m256i pick = _mm256_set_m128i(_mm_set1_epi16(static_cast<short>(0x0202 * (2 * j + 1) + 0x0100)),
+                                          _mm_set1_epi16(static_cast<short>(0x0202 * 2 * j + 0x0100)));
+    out[j] = _mm256_shuffle_epi8(src, pick);
+  }
+}
+STREAMLLM_AVX2 inline void sub_block_scales16(__m128i scales, __m256i (&out)[8]) {
+  __m256i half[4];
+  for (int h = 0; h < 2; ++h) {
+    sub_block_scales16_half(scales, h, half);
+    for (int j = 0; j < 4; ++j) out[4 * h + j] = half[j];
+  }
+}
+
+// Half h of a super-block (vectors 4h..4h+3 of unsigned quants q, their
+// vpmaddwd scales) against NT tokens, added to each token's integer sums
+// lane by lane: for activations with one scale per super-block.
+template <int NT>
+STREAMLLM_AVX2 inline void add_scaled_half(const QuantizedActivations::Slice& xa, std::size_t sb, int h, const __m256i (&q)[4],
+                                           const __m256i (&scales16)[4], __m256i (&sums)[NT]) {
+  for (int t = 0; t < NT; ++t) {
+    const std::int8_t* xq = xa.q_row(static_cast<std::size_t>(t)) + 256 * sb + 128 * static_cast<std::size_t>(h);
+    for (int j = 0; j < 4; ++j) sums[t] = _mm256_add_epi32(sums[t], kquant_dot(q[j], q[j], xq + 32 * j, scales16[j], false));
   }
 }
 

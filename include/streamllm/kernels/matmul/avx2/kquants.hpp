@@ -98,31 +98,39 @@ STREAMLLM_AVX2 inline void q4k_super_block(const Block& b, const QuantizedActiva
 
 // Super-block sb of a Q4_K row against NT tokens whose activations have one
 // scale per 256 (sums16: quant_sums16's): the eight vectors of scaled sums
-// are added as they are (add8) where the scale per 32 needed them reduced
-// lane by lane (reduce8: six hadds and two permutes a token); the mins, one
-// vpmaddwd of each pair of them (doubled, one per half of 16) with the
-// token's sums per 16.
+// are added as they are, half a super-block at a time (add_scaled_half),
+// where the scale per 32 needed them reduced lane by lane (reduce8: six
+// hadds and two permutes a token); the mins, one vpmaddwd of each pair of
+// them (doubled, one per half of 16) with the token's sums per 16.
 template <int NT>
 STREAMLLM_AVX2 inline void q4k_super_block_per_256(const quant::BlockQ4K& b, const QuantizedActivations::Slice& xa,
                                                    std::size_t sb, const std::int16_t* sums16, __m256 (&acc)[NT]) {
   const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d)), dmin = _mm256_set1_ps(_cvtsh_ss(b.dmin));
-  __m256i q[8], scales16[8];
-  q4k_quants(b.qs, q);
   const quant::Q4KScalesMins p = quant::q4k_scales_mins_bytes(b.scales);
   const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(p.scales))));
-  for (int j = 0; j < 8; ++j) scales16[j] = _mm256_shuffle_epi8(sc, _mm256_set1_epi16(static_cast<short>(0x0202 * j + 0x0100)));
   const __m128i mins8 = _mm_cvtsi64_si128(static_cast<long long>(p.mins));
   const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mins8, mins8));  // m0 m0 m1 m1 ... m7 m7
   const std::size_t runs = xa.cols() / 16;
+  __m256i sums[NT];
+  for (int t = 0; t < NT; ++t) sums[t] = _mm256_setzero_si256();
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (int h = 0; h < 2; ++h) {
+    __m256i q[4], scales16[4];
+    for (int c = 0; c < 2; ++c) {  // nibbles of 32 bytes: vectors 2c and 2c + 1 of the half
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 64 * h + 32 * c));
+      q[2 * c] = _mm256_and_si256(v, m4);
+      q[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    }
+    for (int j = 0; j < 4; ++j)
+      scales16[j] = _mm256_shuffle_epi8(sc, _mm256_set1_epi16(static_cast<short>(0x0202 * (4 * h + j) + 0x0100)));
+    add_scaled_half<NT>(xa, sb, h, q, scales16, sums);
+  }
   for (int t = 0; t < NT; ++t) {
     const auto tt = static_cast<std::size_t>(t);
-    const std::int8_t* xq = xa.q_row(tt) + 256 * sb;
-    __m256i dots[8];
-    for (int j = 0; j < 8; ++j) dots[j] = kquant_dot(q[j], q[j], xq + 32 * j, scales16[j], false);
     const __m256i mins =
         _mm256_madd_epi16(mins16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums16 + tt * runs + 16 * sb)));
     const __m256 dx = _mm256_broadcast_ss(xa.d_row(tt) + 8 * sb);  // the super-block's one scale
-    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(add8(dots)), _mm256_mul_ps(d, dx), acc[t]);
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[t]), _mm256_mul_ps(d, dx), acc[t]);
     acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(dmin, dx), acc[t]);
   }
 }

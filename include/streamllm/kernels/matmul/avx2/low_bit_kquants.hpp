@@ -32,11 +32,12 @@ STREAMLLM_AVX2 inline __m256i low2_bits(const std::uint8_t* qs, int j) {
 }
 
 // Vector j of a Q3_K block's quants as stored, q + 4 (0..7): bit j of
-// hmask[l] is element 32j + l's third bit, and 16-bit shifts of up to 7
-// leave each byte's bit j at its bit 0.
+// hmask[l] is element 32j + l's third bit, moved to bit 2 by one 16-bit
+// shift (of at most 5: each byte's bit 2 comes from the same byte).
 STREAMLLM_AVX2 inline __m256i q3k_unsigned_quants(const quant::BlockQ3K& b, __m256i hmask, int j) {
-  const __m256i high = _mm256_and_si256(_mm256_srl_epi16(hmask, _mm_cvtsi32_si128(j)), _mm256_set1_epi8(1));
-  return _mm256_add_epi8(low2_bits(b.qs, j), _mm256_slli_epi16(high, 2));
+  const __m256i at2 =
+      j < 2 ? _mm256_sll_epi16(hmask, _mm_cvtsi32_si128(2 - j)) : _mm256_srl_epi16(hmask, _mm_cvtsi32_si128(j - 2));
+  return _mm256_or_si256(low2_bits(b.qs, j), _mm256_and_si256(at2, _mm256_set1_epi8(4)));
 }
 
 // quant::q3k_scales less 32, as sixteen int8: scale j is the nibble of
@@ -80,20 +81,20 @@ STREAMLLM_AVX2 inline void q2k_super_block(const quant::BlockQ2K& b, const Quant
   const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)), m4 = _mm_set1_epi8(0xF);
   const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), m4));
   const std::size_t runs = xa.cols() / 16;
-  __m256i q[8], scales16[8];
-  sub_block_scales16(_mm_and_si128(packed, m4), scales16);
-  for (int j = 0; j < 8; ++j) q[j] = low2_bits(b.qs, j);
+  __m256i sums[NT];
+  for (int t = 0; t < NT; ++t) sums[t] = _mm256_setzero_si256();
+  for (int h = 0; h < 2; ++h) {
+    __m256i q[4], scales16[4];
+    sub_block_scales16_half(_mm_and_si128(packed, m4), h, scales16);
+    for (int j = 0; j < 4; ++j) q[j] = low2_bits(b.qs, 4 * h + j);
+    add_scaled_half<NT>(xa, sb, h, q, scales16, sums);
+  }
   for (int t = 0; t < NT; ++t) {
     const auto tt = static_cast<std::size_t>(t);
-    const std::int8_t* xq = xa.q_row(tt) + 256 * sb;
-    __m256i dots[8];
-    for (int j = 0; j < 8; ++j)
-      dots[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(q[j], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * j))),
-                                  scales16[j]);
     const __m256i mins =
         _mm256_madd_epi16(mins16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums16 + tt * runs + 16 * sb)));
     const __m256 dx = _mm256_broadcast_ss(xa.d_row(tt) + 8 * sb);  // the super-block's one scale
-    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(add8(dots)), _mm256_mul_ps(d, dx), acc[t]);
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[t]), _mm256_mul_ps(d, dx), acc[t]);
     acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(dmin, dx), acc[t]);
   }
 }
@@ -110,17 +111,19 @@ STREAMLLM_AVX2 inline void q3k_super_block(const quant::BlockQ3K& b, const Quant
   const __m128i scales = q3k_scales_i8(b.scales);
   const __m256i scales_x4 = _mm256_slli_epi16(_mm256_cvtepi8_epi16(scales), 2);
   const std::size_t runs = xa.cols() / 16;
-  __m256i q[8], scales16[8];
-  sub_block_scales16(scales, scales16);
-  for (int j = 0; j < 8; ++j) q[j] = q3k_unsigned_quants(b, hmask, j);
+  __m256i sums[NT];
+  for (int t = 0; t < NT; ++t) sums[t] = _mm256_setzero_si256();
+  for (int h = 0; h < 2; ++h) {
+    __m256i q[4], scales16[4];
+    sub_block_scales16_half(scales, h, scales16);
+    for (int j = 0; j < 4; ++j) q[j] = q3k_unsigned_quants(b, hmask, 4 * h + j);
+    add_scaled_half<NT>(xa, sb, h, q, scales16, sums);
+  }
   for (int t = 0; t < NT; ++t) {
     const auto tt = static_cast<std::size_t>(t);
-    const std::int8_t* xq = xa.q_row(tt) + 256 * sb;
-    __m256i dots[8];
-    for (int j = 0; j < 8; ++j) dots[j] = kquant_dot(q[j], q[j], xq + 32 * j, scales16[j], false);
     const __m256i offsets =
         _mm256_madd_epi16(scales_x4, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums16 + tt * runs + 16 * sb)));
-    const __m256i isum = _mm256_sub_epi32(add8(dots), offsets);
+    const __m256i isum = _mm256_sub_epi32(sums[t], offsets);
     acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, _mm256_broadcast_ss(xa.d_row(tt) + 8 * sb)), acc[t]);
   }
 }
