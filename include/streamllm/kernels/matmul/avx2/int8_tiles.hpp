@@ -190,7 +190,7 @@ template <class Block>
 STREAMLLM_AVX2 inline void unpack_affine_k(const Block& blk, __m256i (&u)[8], std::int8_t* q, std::byte* scales, std::byte* mins,
                                            std::size_t sb) {
   if constexpr (std::is_same_v<Block, quant::BlockQ4K>)
-    q4k_quants(blk.qs, u);
+    q4k_quants(blk, u);
   else
     q5k_quants(blk, u);
   const quant::Q4KScalesMins p = quant::q4k_scales_mins_bytes(blk.scales);

@@ -41,12 +41,17 @@ inline std::int32_t sum_of_16(const std::int8_t* q) {
   return _mm_cvtsi128_si32(s) + _mm_extract_epi16(s, 4) - 16 * 128;
 }
 
-// Lane j: the sum of the eight lanes of v[j].
-STREAMLLM_AVX2 inline __m256i reduce8(const __m256i (&v)[8]) {
-  const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-  const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
-  // a: 128-bit lane 0 holds the low halves' sums of v0..v3, lane 1 the high halves'.
+// Lane j: the sum of the eight lanes of v[j], as join_halves of the two
+// halves' reduce4: each 128-bit lane of reduce4 holds, lane j, the sum of
+// that half of v[j].
+STREAMLLM_AVX2 inline __m256i reduce4(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {
+  return _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
+}
+STREAMLLM_AVX2 inline __m256i join_halves(__m256i a, __m256i b) {
   return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+STREAMLLM_AVX2 inline __m256i reduce8(const __m256i (&v)[8]) {
+  return join_halves(reduce4(v[0], v[1], v[2], v[3]), reduce4(v[4], v[5], v[6], v[7]));
 }
 
 // 32 quants against one activation block, the pair sums scaled (vpmaddwd)
@@ -60,10 +65,9 @@ STREAMLLM_AVX2 inline __m256i kquant_dot(__m256i q_abs, __m256i q_signs, const s
 
 // Sixteen int8 scales, one per sub-block of 16, as vpmaddwd operands:
 // vector j's halves hold scales 2j and 2j + 1 as int16. The four vectors of
-// half h of a super-block (j = 4h..4h+3): the kernels that add a
-// super-block's sums as they are go by halves (add_scaled_half), and the
-// eight at once, with eight vectors of quants, took more than AVX2's
-// sixteen registers.
+// half h of a super-block (j = 4h..4h+3): the decode kernels go by halves
+// (add_scaled_half, scaled_half_sums), as eight vectors of quants and eight
+// of scales at once took more than AVX2's sixteen registers.
 STREAMLLM_AVX2 inline void sub_block_scales16_half(__m128i scales, int h, __m256i (&out)[4]) {
   const __m256i s16 = _mm256_cvtepi8_epi16(scales);
   const __m256i src = h == 0 ? _mm256_permute2x128_si256(s16, s16, 0x00) : _mm256_permute2x128_si256(s16, s16, 0x11);
@@ -73,12 +77,15 @@ STREAMLLM_AVX2 inline void sub_block_scales16_half(__m128i scales, int h, __m256
     out[j] = _mm256_shuffle_epi8(src, pick);
   }
 }
-STREAMLLM_AVX2 inline void sub_block_scales16(__m128i scales, __m256i (&out)[8]) {
-  __m256i half[4];
-  for (int h = 0; h < 2; ++h) {
-    sub_block_scales16_half(scales, h, half);
-    for (int j = 0; j < 4; ++j) out[4 * h + j] = half[j];
-  }
+
+// Half of a super-block (four vectors of unsigned quants, their vpmaddwd
+// scales) against one token whose activations have a scale per 32: the
+// four scaled sums, reduce4'd (join_halves with the other half's gives
+// block j's sum in lane j).
+STREAMLLM_AVX2 inline __m256i scaled_half_sums(const std::int8_t* xq, const __m256i (&q)[4], const __m256i (&scales16)[4]) {
+  __m256i dots[4];
+  for (int j = 0; j < 4; ++j) dots[j] = kquant_dot(q[j], q[j], xq + 32 * j, scales16[j], false);
+  return reduce4(dots[0], dots[1], dots[2], dots[3]);
 }
 
 // Half h of a super-block (vectors 4h..4h+3 of unsigned quants q, their

@@ -28,71 +28,96 @@ namespace streamllm::kernels::avx2 {
 // Scaling per block instead, and unpacking the scales one by one, were both
 // slower.
 
-// A Q4_K super-block's nibbles as bytes 0..15, q[j] = elements 32j..32j+31.
-STREAMLLM_AVX2 inline void q4k_quants(const std::uint8_t* qs, __m256i (&q)[8]) {
+// Half h of a Q4_K super-block's nibbles (qs) as bytes 0..15, q[c] =
+// elements 128h + 32c..128h + 32c + 31.
+STREAMLLM_AVX2 inline void nibbles_half(const std::uint8_t* qs, int h, __m256i (&q)[4]) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
-  for (int c = 0; c < 4; ++c) {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * c));
+  for (int c = 0; c < 2; ++c) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 64 * h + 32 * c));
     q[2 * c] = _mm256_and_si256(v, m4);
     q[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
   }
 }
 
-// A Q5_K super-block's quants as bytes 0..31: Q4_K's nibbles, and bit j of
-// qh[l] moved to bit 4 of element 32j + l.
-STREAMLLM_AVX2 inline void q5k_quants(const quant::BlockQ5K& b, __m256i (&q)[8]) {
-  q4k_quants(b.qs, q);
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh)), bit4 = _mm256_set1_epi8(0x10);
-  for (int j = 0; j < 8; ++j) {
+STREAMLLM_AVX2 inline void q4k_quants_half(const quant::BlockQ4K& b, int h, __m256i (&q)[4]) { nibbles_half(b.qs, h, q); }
+
+// Half h of a Q5_K super-block's quants as bytes 0..31: Q4_K's nibbles, and
+// bit j of qh[l] moved to bit 4 of element 32j + l.
+STREAMLLM_AVX2 inline void q5k_quants_half(const quant::BlockQ5K& b, int h, __m256i (&q)[4]) {
+  nibbles_half(b.qs, h, q);
+  const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh)), bit4 = _mm256_set1_epi8(0x10);
+  for (int c = 0; c < 4; ++c) {
+    const int j = 4 * h + c;
     // 16-bit shifts: bit 4 of each byte comes from the same byte (shifts of at most 4)
-    const __m256i at4 = j < 4 ? _mm256_sll_epi16(h, _mm_cvtsi32_si128(4 - j)) : _mm256_srl_epi16(h, _mm_cvtsi32_si128(j - 4));
-    q[j] = _mm256_or_si256(q[j], _mm256_and_si256(at4, bit4));
+    const __m256i at4 =
+        j < 4 ? _mm256_sll_epi16(bits, _mm_cvtsi32_si128(4 - j)) : _mm256_srl_epi16(bits, _mm_cvtsi32_si128(j - 4));
+    q[c] = _mm256_or_si256(q[c], _mm256_and_si256(at4, bit4));
   }
 }
 
-// A Q6_K super-block's quants as bytes 0..63 (before the -32), q[j] =
-// elements 32j..32j+31: q[4h + c] holds 128h + 32c + i (the layout
+// Half h of a Q6_K super-block's quants as bytes 0..63 (before the -32),
+// q[c] = elements 128h + 32c..128h + 32c + 31 (the layout
 // gemv_kquant_int8 spells out).
-STREAMLLM_AVX2 inline void q6k_quants(const quant::BlockQ6K& b, __m256i (&q)[8]) {
+STREAMLLM_AVX2 inline void q6k_quants_half(const quant::BlockQ6K& b, int h, __m256i (&q)[4]) {
   const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-  for (int h = 0; h < 2; ++h) {
-    const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h));
-    const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h + 32));
-    const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h));
-    q[4 * h] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hi, 4), m30));
-    q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hi, 2), m30));
-    q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hi, m30));
-    q[4 * h + 3] =
-        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(hi, 2), m30));
-  }
+  const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h));
+  const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h + 32));
+  const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h));
+  q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hi, 4), m30));
+  q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hi, 2), m30));
+  q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hi, m30));
+  q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(hi, 2), m30));
 }
 
-// Super-block sb of a Q4_K or Q5_K row against NT tokens.
-template <int NT, class Block>
-STREAMLLM_AVX2 inline void q4k_super_block(const Block& b, const QuantizedActivations::Slice& xa, std::size_t sb,
+// A whole super-block's quants, q[j] = elements 32j..32j+31, from its
+// halves: for the tiles, which unpack a super-block once for many tokens.
+template <class Block, void (*Half)(const Block&, int, __m256i (&)[4])>
+STREAMLLM_AVX2 inline void whole_super_block(const Block& b, __m256i (&q)[8]) {
+  __m256i half[4];
+  for (int h = 0; h < 2; ++h) {
+    Half(b, h, half);
+    for (int c = 0; c < 4; ++c) q[4 * h + c] = half[c];
+  }
+}
+STREAMLLM_AVX2 inline void q4k_quants(const quant::BlockQ4K& b, __m256i (&q)[8]) {
+  whole_super_block<quant::BlockQ4K, q4k_quants_half>(b, q);
+}
+STREAMLLM_AVX2 inline void q5k_quants(const quant::BlockQ5K& b, __m256i (&q)[8]) {
+  whole_super_block<quant::BlockQ5K, q5k_quants_half>(b, q);
+}
+STREAMLLM_AVX2 inline void q6k_quants(const quant::BlockQ6K& b, __m256i (&q)[8]) {
+  whole_super_block<quant::BlockQ6K, q6k_quants_half>(b, q);
+}
+
+// Super-block sb of a Q5_K row against NT tokens, half a super-block at a
+// time (scaled_half_sums): the scales as int16 in each half, sub-block j's
+// spread over a vector by one byte shuffle; the mins widened to float.
+template <int NT>
+STREAMLLM_AVX2 inline void q5k_super_block(const quant::BlockQ5K& b, const QuantizedActivations::Slice& xa, std::size_t sb,
                                            __m256 (&acc)[NT]) {
   const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d)), dmin = _mm256_set1_ps(_cvtsh_ss(b.dmin));
-  __m256i q[8], scales16[8];
-  if constexpr (std::is_same_v<Block, quant::BlockQ4K>)
-    q4k_quants(b.qs, q);
-  else
-    q5k_quants(b, q);
-  // The eight scales as int16 in each half, sub-block j's spread over a
-  // vector by one byte shuffle; mins widened to float.
   const quant::Q4KScalesMins p = quant::q4k_scales_mins_bytes(b.scales);
   const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(p.scales))));
-  for (int j = 0; j < 8; ++j) scales16[j] = _mm256_shuffle_epi8(sc, _mm256_set1_epi16(static_cast<short>(0x0202 * j + 0x0100)));
   const __m256 dmin_m =
       _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(p.mins)))));
-  for (int t = 0; t < NT; ++t) {
-    const auto tt = static_cast<std::size_t>(t);
-    const std::int8_t* xq = xa.q_row(tt) + 256 * sb;
-    __m256i dots[8];
-    for (int j = 0; j < 8; ++j) dots[j] = kquant_dot(q[j], q[j], xq + 32 * j, scales16[j], false);
-    const __m256 dx = _mm256_loadu_ps(xa.d_row(tt) + 8 * sb);
-    const __m256 sums = _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.sum_row(tt) + 8 * sb)));
-    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8(dots)), _mm256_mul_ps(d, dx), acc[t]);
-    acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin_m, dx), sums, acc[t]);
+  __m256i low[NT];  // half 0's sums, half reduced
+  for (int h = 0; h < 2; ++h) {
+    __m256i q[4], scales16[4];
+    q5k_quants_half(b, h, q);
+    for (int j = 0; j < 4; ++j)
+      scales16[j] = _mm256_shuffle_epi8(sc, _mm256_set1_epi16(static_cast<short>(0x0202 * (4 * h + j) + 0x0100)));
+    for (int t = 0; t < NT; ++t) {
+      const auto tt = static_cast<std::size_t>(t);
+      const __m256i sums = scaled_half_sums(xa.q_row(tt) + 256 * sb + 128 * static_cast<std::size_t>(h), q, scales16);
+      if (h == 0) {
+        low[t] = sums;
+        continue;
+      }
+      const __m256 dx = _mm256_loadu_ps(xa.d_row(tt) + 8 * sb);
+      const __m256 block_sums = _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.sum_row(tt) + 8 * sb)));
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(join_halves(low[t], sums)), _mm256_mul_ps(d, dx), acc[t]);
+      acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin_m, dx), block_sums, acc[t]);
+    }
   }
 }
 
@@ -113,14 +138,9 @@ STREAMLLM_AVX2 inline void q4k_super_block_per_256(const quant::BlockQ4K& b, con
   const std::size_t runs = xa.cols() / 16;
   __m256i sums[NT];
   for (int t = 0; t < NT; ++t) sums[t] = _mm256_setzero_si256();
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
   for (int h = 0; h < 2; ++h) {
     __m256i q[4], scales16[4];
-    for (int c = 0; c < 2; ++c) {  // nibbles of 32 bytes: vectors 2c and 2c + 1 of the half
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 64 * h + 32 * c));
-      q[2 * c] = _mm256_and_si256(v, m4);
-      q[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-    }
+    q4k_quants_half(b, h, q);
     for (int j = 0; j < 4; ++j)
       scales16[j] = _mm256_shuffle_epi8(sc, _mm256_set1_epi16(static_cast<short>(0x0202 * (4 * h + j) + 0x0100)));
     add_scaled_half<NT>(xa, sb, h, q, scales16, sums);
@@ -148,18 +168,24 @@ STREAMLLM_AVX2 inline void q6k_super_block(const quant::BlockQ6K& b, const Quant
   const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
   const __m256i scales_x32 = _mm256_slli_epi16(_mm256_cvtepi8_epi16(scales), 5);
   const std::size_t runs = xa.cols() / 16;
-  __m256i q[8], scales16[8];
-  q6k_quants(b, q);
-  sub_block_scales16(scales, scales16);
-  for (int t = 0; t < NT; ++t) {
-    const auto tt = static_cast<std::size_t>(t);
-    const std::int8_t* xq = xa.q_row(tt) + 256 * sb;
-    __m256i dots[8];
-    for (int j = 0; j < 8; ++j) dots[j] = kquant_dot(q[j], q[j], xq + 32 * j, scales16[j], false);
-    const __m256i offsets =
-        _mm256_madd_epi16(scales_x32, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums16 + tt * runs + 16 * sb)));
-    const __m256 dx = _mm256_loadu_ps(xa.d_row(tt) + 8 * sb);
-    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(reduce8(dots), offsets)), _mm256_mul_ps(d, dx), acc[t]);
+  __m256i low[NT];  // half 0's sums, half reduced
+  for (int h = 0; h < 2; ++h) {
+    __m256i q[4], scales16[4];
+    q6k_quants_half(b, h, q);
+    sub_block_scales16_half(scales, h, scales16);
+    for (int t = 0; t < NT; ++t) {
+      const auto tt = static_cast<std::size_t>(t);
+      const __m256i sums = scaled_half_sums(xa.q_row(tt) + 256 * sb + 128 * static_cast<std::size_t>(h), q, scales16);
+      if (h == 0) {
+        low[t] = sums;
+        continue;
+      }
+      const __m256i offsets =
+          _mm256_madd_epi16(scales_x32, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums16 + tt * runs + 16 * sb)));
+      const __m256 dx = _mm256_loadu_ps(xa.d_row(tt) + 8 * sb);
+      acc[t] =
+          _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(join_halves(low[t], sums), offsets)), _mm256_mul_ps(d, dx), acc[t]);
+    }
   }
 }
 
@@ -183,7 +209,7 @@ STREAMLLM_AVX2 __attribute__((flatten)) inline void kquant_rows(std::size_t r0, 
       if constexpr (T == DType::Q4_K)
         q4k_super_block_per_256<NT>(reinterpret_cast<const quant::BlockQ4K*>(row)[sb], xa, sb, sums16, acc);
       else if constexpr (T == DType::Q5_K)
-        q4k_super_block<NT>(reinterpret_cast<const quant::BlockQ5K*>(row)[sb], xa, sb, acc);
+        q5k_super_block<NT>(reinterpret_cast<const quant::BlockQ5K*>(row)[sb], xa, sb, acc);
       else if constexpr (T == DType::Q2_K)
         q2k_super_block<NT>(reinterpret_cast<const quant::BlockQ2K*>(row)[sb], xa, sb, sums16, acc);
       else if constexpr (T == DType::Q3_K)
