@@ -78,14 +78,19 @@ STREAMLLM_AVX2 inline void sub_block_scales16_half(__m128i scales, int h, __m256
   }
 }
 
-// Half of a super-block (four vectors of unsigned quants, their vpmaddwd
-// scales) against one token whose activations have a scale per 32: the
-// four scaled sums, reduce4'd (join_halves with the other half's gives
-// block j's sum in lane j).
-STREAMLLM_AVX2 inline __m256i scaled_half_sums(const std::int8_t* xq, const __m256i (&q)[4], const __m256i (&scales16)[4]) {
-  __m256i dots[4];
-  for (int j = 0; j < 4; ++j) dots[j] = kquant_dot(q[j], q[j], xq + 32 * j, scales16[j], false);
-  return reduce4(dots[0], dots[1], dots[2], dots[3]);
+// Half h of a super-block (vectors 4h..4h+3 of unsigned quants q, their
+// vpmaddwd scales) against NT tokens whose activations have a scale per 32:
+// each token's four scaled sums reduce4'd into halves[h][t], which
+// join_halves(halves[0][t], halves[1][t]) makes block j's sum in lane j.
+template <int NT>
+STREAMLLM_AVX2 inline void scaled_half_sums(const QuantizedActivations::Slice& xa, std::size_t sb, int h, const __m256i (&q)[4],
+                                            const __m256i (&scales16)[4], __m256i (&halves)[2][NT]) {
+  for (int t = 0; t < NT; ++t) {
+    const std::int8_t* xq = xa.q_row(static_cast<std::size_t>(t)) + 256 * sb + 128 * static_cast<std::size_t>(h);
+    __m256i dots[4];
+    for (int j = 0; j < 4; ++j) dots[j] = kquant_dot(q[j], q[j], xq + 32 * j, scales16[j], false);
+    halves[h][t] = reduce4(dots[0], dots[1], dots[2], dots[3]);
+  }
 }
 
 // Half h of a super-block (vectors 4h..4h+3 of unsigned quants q, their

@@ -100,24 +100,20 @@ STREAMLLM_AVX2 inline void q5k_super_block(const quant::BlockQ5K& b, const Quant
   const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(p.scales))));
   const __m256 dmin_m =
       _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(p.mins)))));
-  __m256i low[NT];  // half 0's sums, half reduced
+  __m256i halves[2][NT];
   for (int h = 0; h < 2; ++h) {
     __m256i q[4], scales16[4];
     q5k_quants_half(b, h, q);
     for (int j = 0; j < 4; ++j)
       scales16[j] = _mm256_shuffle_epi8(sc, _mm256_set1_epi16(static_cast<short>(0x0202 * (4 * h + j) + 0x0100)));
-    for (int t = 0; t < NT; ++t) {
-      const auto tt = static_cast<std::size_t>(t);
-      const __m256i sums = scaled_half_sums(xa.q_row(tt) + 256 * sb + 128 * static_cast<std::size_t>(h), q, scales16);
-      if (h == 0) {
-        low[t] = sums;
-        continue;
-      }
-      const __m256 dx = _mm256_loadu_ps(xa.d_row(tt) + 8 * sb);
-      const __m256 block_sums = _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.sum_row(tt) + 8 * sb)));
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(join_halves(low[t], sums)), _mm256_mul_ps(d, dx), acc[t]);
-      acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin_m, dx), block_sums, acc[t]);
-    }
+    scaled_half_sums<NT>(xa, sb, h, q, scales16, halves);
+  }
+  for (int t = 0; t < NT; ++t) {
+    const auto tt = static_cast<std::size_t>(t);
+    const __m256 dx = _mm256_loadu_ps(xa.d_row(tt) + 8 * sb);
+    const __m256 block_sums = _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.sum_row(tt) + 8 * sb)));
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(join_halves(halves[0][t], halves[1][t])), _mm256_mul_ps(d, dx), acc[t]);
+    acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin_m, dx), block_sums, acc[t]);
   }
 }
 
@@ -135,7 +131,6 @@ STREAMLLM_AVX2 inline void q4k_super_block_per_256(const quant::BlockQ4K& b, con
   const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(p.scales))));
   const __m128i mins8 = _mm_cvtsi64_si128(static_cast<long long>(p.mins));
   const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mins8, mins8));  // m0 m0 m1 m1 ... m7 m7
-  const std::size_t runs = xa.cols() / 16;
   __m256i sums[NT];
   for (int t = 0; t < NT; ++t) sums[t] = _mm256_setzero_si256();
   for (int h = 0; h < 2; ++h) {
@@ -145,14 +140,7 @@ STREAMLLM_AVX2 inline void q4k_super_block_per_256(const quant::BlockQ4K& b, con
       scales16[j] = _mm256_shuffle_epi8(sc, _mm256_set1_epi16(static_cast<short>(0x0202 * (4 * h + j) + 0x0100)));
     add_scaled_half<NT>(xa, sb, h, q, scales16, sums);
   }
-  for (int t = 0; t < NT; ++t) {
-    const auto tt = static_cast<std::size_t>(t);
-    const __m256i mins =
-        _mm256_madd_epi16(mins16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums16 + tt * runs + 16 * sb)));
-    const __m256 dx = _mm256_broadcast_ss(xa.d_row(tt) + 8 * sb);  // the super-block's one scale
-    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[t]), _mm256_mul_ps(d, dx), acc[t]);
-    acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(dmin, dx), acc[t]);
-  }
+  add_affine_per_256<NT>(xa, sb, sums16, d, dmin, mins16, sums, acc);
 }
 
 // Super-block sb of a Q6_K row against NT tokens; sums16: quant_sums16's.
@@ -168,24 +156,19 @@ STREAMLLM_AVX2 inline void q6k_super_block(const quant::BlockQ6K& b, const Quant
   const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
   const __m256i scales_x32 = _mm256_slli_epi16(_mm256_cvtepi8_epi16(scales), 5);
   const std::size_t runs = xa.cols() / 16;
-  __m256i low[NT];  // half 0's sums, half reduced
+  __m256i halves[2][NT];
   for (int h = 0; h < 2; ++h) {
     __m256i q[4], scales16[4];
     q6k_quants_half(b, h, q);
     sub_block_scales16_half(scales, h, scales16);
-    for (int t = 0; t < NT; ++t) {
-      const auto tt = static_cast<std::size_t>(t);
-      const __m256i sums = scaled_half_sums(xa.q_row(tt) + 256 * sb + 128 * static_cast<std::size_t>(h), q, scales16);
-      if (h == 0) {
-        low[t] = sums;
-        continue;
-      }
-      const __m256i offsets =
-          _mm256_madd_epi16(scales_x32, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums16 + tt * runs + 16 * sb)));
-      const __m256 dx = _mm256_loadu_ps(xa.d_row(tt) + 8 * sb);
-      acc[t] =
-          _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(join_halves(low[t], sums), offsets)), _mm256_mul_ps(d, dx), acc[t]);
-    }
+    scaled_half_sums<NT>(xa, sb, h, q, scales16, halves);
+  }
+  for (int t = 0; t < NT; ++t) {
+    const auto tt = static_cast<std::size_t>(t);
+    const __m256i offsets =
+        _mm256_madd_epi16(scales_x32, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums16 + tt * runs + 16 * sb)));
+    const __m256i isum = _mm256_sub_epi32(join_halves(halves[0][t], halves[1][t]), offsets);
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, _mm256_loadu_ps(xa.d_row(tt) + 8 * sb)), acc[t]);
   }
 }
 

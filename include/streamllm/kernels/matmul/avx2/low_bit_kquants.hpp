@@ -71,6 +71,24 @@ STREAMLLM_AVX2 inline const std::int16_t* quant_sums16(const QuantizedActivation
   return sums.data();
 }
 
+// A super-block's integer sums (activations with one scale per 256) into
+// each token's accumulator: d dx sums - dmin dx (mins16 . the token's sums
+// per 16), mins16 holding the mins (Q2_K's per 16, Q4_K's per 32 doubled).
+template <int NT>
+STREAMLLM_AVX2 inline void add_affine_per_256(const QuantizedActivations::Slice& xa, std::size_t sb, const std::int16_t* sums16,
+                                              __m256 d, __m256 dmin, __m256i mins16, const __m256i (&sums)[NT],
+                                              __m256 (&acc)[NT]) {
+  const std::size_t runs = xa.cols() / 16;
+  for (int t = 0; t < NT; ++t) {
+    const auto tt = static_cast<std::size_t>(t);
+    const __m256i mins =
+        _mm256_madd_epi16(mins16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums16 + tt * runs + 16 * sb)));
+    const __m256 dx = _mm256_broadcast_ss(xa.d_row(tt) + 8 * sb);  // the super-block's one scale
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[t]), _mm256_mul_ps(d, dx), acc[t]);
+    acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(dmin, dx), acc[t]);
+  }
+}
+
 // Super-block sb of a Q2_K row against NT tokens; sums16: quant_sums16's.
 // The mins (sixteen of 4 bits) multiply the tokens' sums per 16 in one
 // vpmaddwd, lane i holding block i's pair.
@@ -80,7 +98,6 @@ STREAMLLM_AVX2 inline void q2k_super_block(const quant::BlockQ2K& b, const Quant
   const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d)), dmin = _mm256_set1_ps(_cvtsh_ss(b.dmin));
   const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)), m4 = _mm_set1_epi8(0xF);
   const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), m4));
-  const std::size_t runs = xa.cols() / 16;
   __m256i sums[NT];
   for (int t = 0; t < NT; ++t) sums[t] = _mm256_setzero_si256();
   for (int h = 0; h < 2; ++h) {
@@ -89,14 +106,7 @@ STREAMLLM_AVX2 inline void q2k_super_block(const quant::BlockQ2K& b, const Quant
     for (int j = 0; j < 4; ++j) q[j] = low2_bits(b.qs, 4 * h + j);
     add_scaled_half<NT>(xa, sb, h, q, scales16, sums);
   }
-  for (int t = 0; t < NT; ++t) {
-    const auto tt = static_cast<std::size_t>(t);
-    const __m256i mins =
-        _mm256_madd_epi16(mins16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums16 + tt * runs + 16 * sb)));
-    const __m256 dx = _mm256_broadcast_ss(xa.d_row(tt) + 8 * sb);  // the super-block's one scale
-    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[t]), _mm256_mul_ps(d, dx), acc[t]);
-    acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(dmin, dx), acc[t]);
-  }
+  add_affine_per_256<NT>(xa, sb, sums16, d, dmin, mins16, sums, acc);
 }
 
 // Super-block sb of a Q3_K row against NT tokens; sums16: quant_sums16's.
