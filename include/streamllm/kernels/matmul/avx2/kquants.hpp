@@ -89,23 +89,32 @@ STREAMLLM_AVX2 inline void q6k_quants(const quant::BlockQ6K& b, __m256i (&q)[8])
   whole_super_block<quant::BlockQ6K, q6k_quants_half>(b, q);
 }
 
+// Q4_K's and Q5_K's eight 6-bit scales (quant::q4k_scales_mins_bytes) as
+// int16 in each 128-bit half of sc; half h's four vpmaddwd operands, scale
+// 4h + j spread over vector j by one byte shuffle.
+STREAMLLM_AVX2 inline __m256i q4k_scales_int16(const quant::Q4KScalesMins& p) {
+  return _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(p.scales))));
+}
+STREAMLLM_AVX2 inline void q4k_scales16_half(__m256i sc, int h, __m256i (&out)[4]) {
+  for (int j = 0; j < 4; ++j)
+    out[j] = _mm256_shuffle_epi8(sc, _mm256_set1_epi16(static_cast<short>(0x0202 * (4 * h + j) + 0x0100)));
+}
+
 // Super-block sb of a Q5_K row against NT tokens, half a super-block at a
-// time (scaled_half_sums): the scales as int16 in each half, sub-block j's
-// spread over a vector by one byte shuffle; the mins widened to float.
+// time (scaled_half_sums); the mins widened to float.
 template <int NT>
 STREAMLLM_AVX2 inline void q5k_super_block(const quant::BlockQ5K& b, const QuantizedActivations::Slice& xa, std::size_t sb,
                                            __m256 (&acc)[NT]) {
   const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d)), dmin = _mm256_set1_ps(_cvtsh_ss(b.dmin));
   const quant::Q4KScalesMins p = quant::q4k_scales_mins_bytes(b.scales);
-  const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(p.scales))));
+  const __m256i sc = q4k_scales_int16(p);
   const __m256 dmin_m =
       _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(p.mins)))));
   __m256i halves[2][NT];
   for (int h = 0; h < 2; ++h) {
     __m256i q[4], scales16[4];
     q5k_quants_half(b, h, q);
-    for (int j = 0; j < 4; ++j)
-      scales16[j] = _mm256_shuffle_epi8(sc, _mm256_set1_epi16(static_cast<short>(0x0202 * (4 * h + j) + 0x0100)));
+    q4k_scales16_half(sc, h, scales16);
     scaled_half_sums<NT>(xa, sb, h, q, scales16, halves);
   }
   for (int t = 0; t < NT; ++t) {
@@ -128,7 +137,7 @@ STREAMLLM_AVX2 inline void q4k_super_block_per_256(const quant::BlockQ4K& b, con
                                                    std::size_t sb, const std::int16_t* sums16, __m256 (&acc)[NT]) {
   const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d)), dmin = _mm256_set1_ps(_cvtsh_ss(b.dmin));
   const quant::Q4KScalesMins p = quant::q4k_scales_mins_bytes(b.scales);
-  const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(p.scales))));
+  const __m256i sc = q4k_scales_int16(p);
   const __m128i mins8 = _mm_cvtsi64_si128(static_cast<long long>(p.mins));
   const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mins8, mins8));  // m0 m0 m1 m1 ... m7 m7
   __m256i sums[NT];
@@ -136,8 +145,7 @@ STREAMLLM_AVX2 inline void q4k_super_block_per_256(const quant::BlockQ4K& b, con
   for (int h = 0; h < 2; ++h) {
     __m256i q[4], scales16[4];
     q4k_quants_half(b, h, q);
-    for (int j = 0; j < 4; ++j)
-      scales16[j] = _mm256_shuffle_epi8(sc, _mm256_set1_epi16(static_cast<short>(0x0202 * (4 * h + j) + 0x0100)));
+    q4k_scales16_half(sc, h, scales16);
     add_scaled_half<NT>(xa, sb, h, q, scales16, sums);
   }
   add_affine_per_256<NT>(xa, sb, sums16, d, dmin, mins16, sums, acc);
