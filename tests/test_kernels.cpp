@@ -140,7 +140,7 @@ TEST_CASE("parallel_chunks hands every chunk to one thread once, a stalled threa
       // Thread 0 stalls in chunk 0 until every other chunk is done: only if
       // the others take what is left of its run can that happen.
       k::parallel_chunks(total, chunk, k::kMinParallelWork, [&](std::size_t b, std::size_t e) {
-        const int me = omp_get_thread_num();
+        const int me = k::team_thread();
         owner[b / chunk] = me;
         for (std::size_t i = b; i < e; ++i) seen[i]++;
         if (me == 0 && b == 0) {
@@ -158,6 +158,29 @@ TEST_CASE("parallel_chunks hands every chunk to one thread once, a stalled threa
       if (stalled)
         for (std::size_t c = 1; c < chunks; ++c) REQUIRE(owner[c] != 0);
     }
+  omp_set_num_threads(saved);
+}
+
+TEST_CASE("parallel_chunks passes a chunk's exception to its caller, from any thread, and runs on after it", "[kernels]") {
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(std::max(2, saved));
+  for (int thrower = 0; thrower < 2; ++thrower) {
+    // Chunks of a millisecond, so that both threads take some.
+    try {
+      k::parallel_chunks(64, 1, k::kMinParallelWork, [&](std::size_t, std::size_t) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        if (k::team_thread() == thrower) throw streamllm::Error("thread " + std::to_string(thrower));
+      });
+      FAIL("no exception");
+    } catch (const streamllm::Error& e) {
+      CHECK(std::string(e.what()) == "thread " + std::to_string(thrower));
+    }
+  }
+  std::vector<std::atomic<int>> seen(1000);
+  k::parallel_chunks(seen.size(), 7, k::kMinParallelWork, [&](std::size_t b, std::size_t e) {
+    for (std::size_t i = b; i < e; ++i) seen[i]++;
+  });
+  for (const auto& s : seen) REQUIRE(s == 1);
   omp_set_num_threads(saved);
 }
 
@@ -323,7 +346,8 @@ void check_tiled_attention(float ramp = 0, streamllm::KVTypes types = {}) {
         }
         if (p1 <= p0) continue;
         const auto at = static_cast<std::size_t>(p0);
-        b.segments[b.n_segments++] = {K_rows.data() + at * k_row, V_rows.data() + at * v_row, k_row, v_row, types, p1 - p0, false, p0};
+        b.segments[b.n_segments++] = {
+            K_rows.data() + at * k_row, V_rows.data() + at * v_row, k_row, v_row, types, p1 - p0, false, p0};
       }
       k::attend<HD, Heads, KVHeads>(&b, 1);
       for (int r = 0; r < rows; ++r)

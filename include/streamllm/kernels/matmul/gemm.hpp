@@ -86,8 +86,9 @@ inline const typename Kernel::Packed* pack_tokens(const float* x, std::size_t ld
   static thread_local AlignedVector<typename K::Packed> xpack;
   auto* xp = grow(xpack, groups * K::packed_size(k));
   // Token groups are packed in parallel: with many tokens this is not small.
-#pragma omp parallel for schedule(static) if (n * k >= kMinParallelWork && !omp_in_parallel())
-  for (std::size_t g = 0; g < groups; ++g) K::pack_group(x, ldx, n, k, xp, g);
+  parallel_chunks(groups, 1, n * k, [&](std::size_t g0, std::size_t g1) {
+    for (std::size_t g = g0; g < g1; ++g) K::pack_group(x, ldx, n, k, xp, g);
+  });
   return xp;
 }
 

@@ -63,7 +63,6 @@ struct Attention {
     return 1;
   }();
 
-
   static KeyLayout key_layout(int queries) {
     if (!kCanTranspose || queries < kQueriesToTranspose) return KeyLayout::ByRows;
     return kHeadTile > 1 ? KeyLayout::HeadTiles : KeyLayout::ByLanes;
@@ -341,8 +340,8 @@ struct Attention {
   // of the block that reads them.
   // (Not inlined: a call per block of keys costs nothing, and the tiles
   // around it stay as GCC inlined them before.)
-  [[gnu::noinline]] static const float* float_rows(KVType t, const std::byte* rows, std::size_t stride, std::size_t n, std::size_t first,
-                                 float (*buf)[HeadDim], std::size_t& float_stride) {
+  [[gnu::noinline]] static const float* float_rows(KVType t, const std::byte* rows, std::size_t stride, std::size_t n,
+                                                   std::size_t first, float (*buf)[HeadDim], std::size_t& float_stride) {
     if (t == KVType::F32) {
       float_stride = stride / sizeof(float);
       return reinterpret_cast<const float*>(rows) + first;
@@ -425,12 +424,11 @@ struct Attention {
     for (std::size_t i = 0; i < n_blocks; ++i)
       for (int s = 0; s < blocks[i].n_segments; ++s) work += blocks[i].segments[s].count * blocks[i].rows;
     work *= Heads * HeadDim * 2;
-#pragma omp parallel if (work >= std::int64_t(kMinParallelWork))
-    {
+    parallel_chunks(static_cast<std::size_t>(items), 1, static_cast<std::size_t>(work), [&](std::size_t i0, std::size_t i1) {
       static thread_local std::vector<State, xsimd::aligned_allocator<State, 64>> state(1);
-#pragma omp for schedule(dynamic, 1)
-      for (std::int64_t it = 0; it < items; ++it) run_one(blocks[it / KVHeads], static_cast<int>(it % KVHeads), state[0]);
-    }
+      constexpr auto kv = static_cast<std::size_t>(KVHeads);
+      for (std::size_t it = i0; it < i1; ++it) run_one(blocks[it / kv], static_cast<int>(it % kv), state[0]);
+    });
   }
 };
 

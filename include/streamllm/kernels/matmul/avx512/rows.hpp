@@ -162,9 +162,11 @@ inline void prefill_int8_groups(const TensorView& w, const float* x, std::size_t
 // Q8_0 / Q4_0 rows to their 16-block groups (quant/interleaved.hpp).
 inline void repack_groups(const TensorView& from, std::byte* to) {
   const auto stride = static_cast<std::size_t>(from.row_stride);
-#pragma omp parallel for schedule(static) if (!omp_in_parallel())
-  for (std::int64_t r = 0; r < from.rows; ++r)
-    interleave_row_avx512(from.type, from.row(r), to + static_cast<std::size_t>(r) * stride, static_cast<std::size_t>(from.cols));
+  const auto rows = static_cast<std::size_t>(from.rows), cols = static_cast<std::size_t>(from.cols);
+  parallel_chunks(rows, 16, rows * cols, [&](std::size_t r0, std::size_t r1) {
+    for (std::size_t r = r0; r < r1; ++r)
+      interleave_row_avx512(from.type, from.row(static_cast<std::int64_t>(r)), to + r * stride, cols);
+  });
 }
 
 inline bool full_rate_bf16() { return bf16_tiles(); }
