@@ -165,16 +165,25 @@ TEST_CASE("parallel_chunks passes a chunk's exception to its caller, from any th
   const int saved = omp_get_max_threads();
   omp_set_num_threads(std::max(2, saved));
   for (int thrower = 0; thrower < 2; ++thrower) {
-    // Chunks of a millisecond, so that both threads take some.
+    // The worker throws from its first chunk; the caller's first chunk
+    // waits until it has, so that the worker is sure to take one.
+    std::atomic<bool> worker_threw{false};
     try {
       k::parallel_chunks(64, 1, k::kMinParallelWork, [&](std::size_t, std::size_t) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        if (k::team_thread() == thrower) throw streamllm::Error("thread " + std::to_string(thrower));
+        const int me = k::team_thread();
+        if (me == thrower) {
+          if (me == 1) worker_threw = true;
+          throw streamllm::Error("thread " + std::to_string(thrower));
+        }
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (me == 0 && thrower == 1 && !worker_threw && std::chrono::steady_clock::now() < deadline)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
       });
       FAIL("no exception");
     } catch (const streamllm::Error& e) {
       CHECK(std::string(e.what()) == "thread " + std::to_string(thrower));
     }
+    if (thrower == 1) CHECK(worker_threw);
   }
   std::vector<std::atomic<int>> seen(1000);
   k::parallel_chunks(seen.size(), 7, k::kMinParallelWork, [&](std::size_t b, std::size_t e) {
