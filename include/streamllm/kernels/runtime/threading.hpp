@@ -65,11 +65,9 @@ inline void spin_pause() {
 
 // The threads that run parallel_chunks' jobs: the caller and workers that
 // wait for the next job spinning on a counter, and sleep (a futex, through
-// std::atomic::wait) only after a while without one. An OpenMP parallel
-// region cost about 5 us on a 2-core virtual machine: two futex_wake
-// system calls per region (fork and join), each a trip into the kernel and,
-// with page-table isolation, costly; decode runs some 120 regions a token.
-// Here a job starts and ends with a few cache-line transfers (~0.2 us).
+// std::atomic::wait) only after a while without one. An OpenMP region's
+// fork and join each wake the team with a system call; here a job starts
+// and ends with a few cache-line transfers (figures: kernel-measurements.md).
 class SpinTeam {
  public:
   static SpinTeam& instance() {
